@@ -1,3 +1,9 @@
 module github.com/godist/godist
 
 go 1.26
+
+require (
+	github.com/google/flatbuffers v25.12.19+incompatible // indirect
+	github.com/mattn/go-pointer v0.0.1 // indirect
+	github.com/stretchr/testify v1.11.1 // indirect
+)
