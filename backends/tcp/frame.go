@@ -1,0 +1,70 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// Every message on a godist TCP connection starts with a fixed 24-byte
+// header (docs/wire.md):
+//
+//	offset size field
+//	0      1    magic 'G' (0x47)
+//	1      1    frame version (1)
+//	2      1    kind: 1 data, 2 goodbye
+//	3      5    reserved, zero
+//	8      8    tag, little endian
+//	16     8    payload length in bytes, little endian
+//
+// followed by the payload. A goodbye frame has no payload; it tells the peer
+// that this side is shutting the group down on purpose.
+const (
+	headerSize   = 24
+	frameMagic   = 0x47
+	frameVersion = 1
+
+	kindData    = 1
+	kindGoodbye = 2
+
+	// maxPayload bounds a frame's length field; larger values mean a
+	// corrupt stream.
+	maxPayload = 1 << 46
+)
+
+type header struct {
+	kind byte
+	tag  transport.Tag
+	n    uint64
+}
+
+func putHeader(b *[headerSize]byte, h header) {
+	b[0], b[1], b[2] = frameMagic, frameVersion, h.kind
+	b[3], b[4], b[5], b[6], b[7] = 0, 0, 0, 0, 0
+	binary.LittleEndian.PutUint64(b[8:], uint64(h.tag))
+	binary.LittleEndian.PutUint64(b[16:], h.n)
+}
+
+func parseHeader(b *[headerSize]byte) (header, error) {
+	if b[0] != frameMagic {
+		return header{}, fmt.Errorf("%w: bad magic byte %#x", errCorrupt, b[0])
+	}
+	if b[1] != frameVersion {
+		return header{}, fmt.Errorf("%w: frame version %d, want %d", errCorrupt, b[1], frameVersion)
+	}
+	h := header{kind: b[2], tag: transport.Tag(binary.LittleEndian.Uint64(b[8:])), n: binary.LittleEndian.Uint64(b[16:])}
+	switch h.kind {
+	case kindData:
+		if h.n > maxPayload {
+			return header{}, fmt.Errorf("%w: payload length %d", errCorrupt, h.n)
+		}
+	case kindGoodbye:
+		if h.n != 0 {
+			return header{}, fmt.Errorf("%w: goodbye frame with payload", errCorrupt)
+		}
+	default:
+		return header{}, fmt.Errorf("%w: unknown frame kind %d", errCorrupt, h.kind)
+	}
+	return h, nil
+}

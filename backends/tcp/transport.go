@@ -1,0 +1,159 @@
+// Package tcp is godist's socket transport: one TCP connection per pair of
+// ranks, a fixed frame header (frame.go), eager sends with no per-message
+// handshake, and receives read straight into the posted buffer when the
+// receive is already waiting.
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// Transport implements transport.Transport over TCP.
+type Transport struct {
+	rank, size int
+	mb         *transport.Mailbox
+	peers      []*peer // peers[rank] is nil
+
+	closing   atomic.Bool
+	closeOnce sync.Once
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// goodbyeWait bounds how long Close waits for peers to acknowledge.
+var goodbyeWait = 2 * time.Second
+
+func newTransport(rank, size int, mb *transport.Mailbox, peers []*peer) *Transport {
+	t := &Transport{rank: rank, size: size, mb: mb, peers: peers}
+	mb.OnStuck = func(r int) {
+		if r >= 0 && r < size && peers[r] != nil {
+			_ = peers[r].conn.Close()
+		}
+	}
+	for _, p := range peers {
+		if p != nil {
+			go p.readLoop(t)
+		}
+	}
+	return t
+}
+
+// Rank is this process's rank.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size is the number of ranks.
+func (t *Transport) Size() int { return t.size }
+
+// Send writes data to peer as one frame.
+func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, data []byte) error {
+	if peer < 0 || peer >= t.size {
+		return &transport.PeerError{Op: "send", Peer: peer, Err: fmt.Errorf("rank %d is out of range for a group of %d", peer, t.size)}
+	}
+	if peer == t.rank {
+		if err := t.mb.Err(); err != nil {
+			return &transport.PeerError{Op: "send", Peer: peer, Err: err}
+		}
+		return t.mb.Deliver(t.rank, tag, len(data), bytes.NewReader(data))
+	}
+	p := t.peers[peer]
+	if t.closing.Load() {
+		return &transport.PeerError{Op: "send", Peer: peer, Err: transport.ErrClosed}
+	}
+	if p.goodbye.Load() {
+		return &transport.PeerError{Op: "send", Peer: peer, Err: transport.ErrPeerGone}
+	}
+	if err := t.mb.PeerErr(peer); err != nil {
+		return &transport.PeerError{Op: "send", Peer: peer, Err: err}
+	}
+	if err := p.send(ctx, header{kind: kindData, tag: tag, n: uint64(len(data))}, data); err != nil {
+		// A partial frame may have been written: the stream is unusable.
+		perr := &transport.PeerError{Op: "send", Peer: peer, Err: describe(err)}
+		t.Abort(perr)
+		return perr
+	}
+	return nil
+}
+
+// PostRecv posts a receive.
+func (t *Transport) PostRecv(peer int, tag transport.Tag, buf []byte) *transport.Recv {
+	return t.mb.Post(peer, tag, buf)
+}
+
+// peerEnded is called by p's reader when its connection ends.
+func (t *Transport) peerEnded(p *peer, err error) {
+	switch {
+	case t.closing.Load():
+		// We are closing: expected.
+	case p.goodbye.Load():
+		// The peer said goodbye and then closed: expected.
+	case errors.Is(err, errCorrupt):
+		t.mb.Fail(&transport.PeerError{Op: "read", Peer: p.rank, Err: err})
+	default:
+		if isClosedErr(err) {
+			err = fmt.Errorf("connection closed locally")
+		}
+		t.mb.Fail(&transport.PeerError{Op: "read", Peer: p.rank, Err: fmt.Errorf("%w: %v", transport.ErrConnLost, err)})
+	}
+}
+
+// Close says goodbye to every peer, waits briefly for their goodbyes, and
+// closes the connections. It is idempotent.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		t.closing.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), goodbyeWait)
+		defer cancel()
+		for _, p := range t.peers {
+			if p == nil {
+				continue
+			}
+			if p.send(ctx, header{kind: kindGoodbye}, nil) == nil {
+				_ = p.conn.CloseWrite()
+			}
+		}
+		timer := time.NewTimer(goodbyeWait)
+		defer timer.Stop()
+		for _, p := range t.peers {
+			if p == nil {
+				continue
+			}
+			select {
+			case <-p.readerDone:
+			case <-timer.C:
+			}
+		}
+		t.shut(transport.ErrClosed)
+	})
+	return nil
+}
+
+// Abort fails everything with err and closes every connection at once.
+func (t *Transport) Abort(err error) {
+	t.mb.Fail(err)
+	t.closeOnce.Do(func() {
+		t.closing.Store(true)
+		t.shut(err)
+	})
+}
+
+func (t *Transport) shut(err error) {
+	for _, p := range t.peers {
+		if p != nil {
+			_ = p.conn.Close()
+		}
+	}
+	for _, p := range t.peers {
+		if p != nil {
+			<-p.readerDone
+		}
+	}
+	t.mb.Fail(err)
+}

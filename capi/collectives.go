@@ -1,0 +1,185 @@
+package main
+
+/*
+#include <stdint.h>
+
+#ifndef GODIST_BUF_DEFINED
+#define GODIST_BUF_DEFINED
+// godist_buf describes caller-owned memory (usually a tensor's storage):
+// data may be NULL only when nbytes is 0.
+typedef struct godist_buf {
+	void *data;
+	int64_t nbytes;
+} godist_buf;
+#endif
+*/
+import "C"
+
+import (
+	"github.com/godist/godist/libgodist"
+	"github.com/godist/godist/libgodist/reduce"
+)
+
+// Every collective below: looks up the group, views the caller's buffers,
+// calls the libgodist method and stores the Work handle in *work. With
+// notify != 0 the handle is also pushed to the completion queue
+// (godist_wait_any) when the work completes. No logic lives here.
+
+// submitted registers w and returns its handle through out.
+func submitted(w *libgodist.Work, err error, notify C.int32_t, out *C.uint64_t, errbuf *C.char, errlen C.int32_t) C.int {
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	h := handles.put(w)
+	if notify != 0 {
+		w.OnDone(func() { completions.push(h) })
+	}
+	if out != nil {
+		*out = C.uint64_t(h)
+	}
+	return statusOK
+}
+
+func group(h C.uint64_t) (*libgodist.ProcessGroup, error) {
+	return lookup[*libgodist.ProcessGroup](uint64(h))
+}
+
+func reduceArgs(dtype, op C.int32_t, factor C.double) libgodist.ReduceArgs {
+	return libgodist.ReduceArgs{DType: reduce.DType(dtype), Op: reduce.Op(op), Factor: float64(factor)}
+}
+
+//export godist_allreduce
+func godist_allreduce(h C.uint64_t, buf *C.godist_buf, dtype, op C.int32_t, factor C.double, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	return run1(h, buf, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, b []byte) (*libgodist.Work, error) {
+		return pg.AllReduce(b, reduceArgs(dtype, op, factor), millis(timeoutMs))
+	})
+}
+
+//export godist_broadcast
+func godist_broadcast(h C.uint64_t, buf *C.godist_buf, root C.int32_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	return run1(h, buf, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, b []byte) (*libgodist.Work, error) {
+		return pg.Broadcast(b, int(root), millis(timeoutMs))
+	})
+}
+
+//export godist_reduce
+func godist_reduce(h C.uint64_t, buf *C.godist_buf, root, dtype, op C.int32_t, factor C.double, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	return run1(h, buf, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, b []byte) (*libgodist.Work, error) {
+		return pg.Reduce(b, int(root), reduceArgs(dtype, op, factor), millis(timeoutMs))
+	})
+}
+
+//export godist_allgather
+func godist_allgather(h C.uint64_t, in *C.godist_buf, outs *C.godist_buf, nouts C.int32_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	return runIO(h, in, outs, nouts, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, i []byte, o [][]byte) (*libgodist.Work, error) {
+		return pg.AllGather(i, o, millis(timeoutMs))
+	})
+}
+
+//export godist_gather
+func godist_gather(h C.uint64_t, in *C.godist_buf, outs *C.godist_buf, nouts C.int32_t, root C.int32_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	return runIO(h, in, outs, nouts, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, i []byte, o [][]byte) (*libgodist.Work, error) {
+		return pg.Gather(i, o, int(root), millis(timeoutMs))
+	})
+}
+
+//export godist_reduce_scatter
+func godist_reduce_scatter(h C.uint64_t, ins *C.godist_buf, nins C.int32_t, out *C.godist_buf, dtype, op C.int32_t, factor C.double, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	return runIO(h, out, ins, nins, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, o []byte, i [][]byte) (*libgodist.Work, error) {
+		return pg.ReduceScatter(i, o, reduceArgs(dtype, op, factor), millis(timeoutMs))
+	})
+}
+
+//export godist_scatter
+func godist_scatter(h C.uint64_t, ins *C.godist_buf, nins C.int32_t, out *C.godist_buf, root C.int32_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	return runIO(h, out, ins, nins, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, o []byte, i [][]byte) (*libgodist.Work, error) {
+		return pg.Scatter(i, o, int(root), millis(timeoutMs))
+	})
+}
+
+//export godist_alltoall
+func godist_alltoall(h C.uint64_t, ins *C.godist_buf, nins C.int32_t, outs *C.godist_buf, nouts C.int32_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := group(h)
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	i, err := listOf(ins, nins, "inputs")
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	o, err := listOf(outs, nouts, "outputs")
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	w, err := pg.AllToAll(i, o, millis(timeoutMs))
+	return submitted(w, err, notify, work, errbuf, errlen)
+}
+
+//export godist_barrier
+func godist_barrier(h C.uint64_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := group(h)
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	w, err := pg.Barrier(millis(timeoutMs))
+	return submitted(w, err, notify, work, errbuf, errlen)
+}
+
+//export godist_send
+func godist_send(h C.uint64_t, buf *C.godist_buf, peer C.int32_t, tag C.int64_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	return run1(h, buf, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, b []byte) (*libgodist.Work, error) {
+		return pg.Send(b, int(peer), int64(tag), millis(timeoutMs))
+	})
+}
+
+// godist_recv receives into buf from peer, or from any rank if peer is -1.
+//
+//export godist_recv
+func godist_recv(h C.uint64_t, buf *C.godist_buf, peer C.int32_t, tag C.int64_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	return run1(h, buf, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, b []byte) (*libgodist.Work, error) {
+		return pg.Recv(b, int(peer), int64(tag), millis(timeoutMs))
+	})
+}
+
+func run1(h C.uint64_t, buf *C.godist_buf, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t,
+	f func(*libgodist.ProcessGroup, []byte) (*libgodist.Work, error)) C.int {
+	pg, err := group(h)
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	b, err := bytesOf(buf, "buffer")
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	w, err := f(pg, b)
+	return submitted(w, err, notify, work, errbuf, errlen)
+}
+
+func runIO(h C.uint64_t, one *C.godist_buf, list *C.godist_buf, n C.int32_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t,
+	f func(*libgodist.ProcessGroup, []byte, [][]byte) (*libgodist.Work, error)) C.int {
+	pg, err := group(h)
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	b, err := bytesOf(one, "buffer")
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	l, err := listOf(list, n, "buffer list")
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	w, err := f(pg, b, l)
+	return submitted(w, err, notify, work, errbuf, errlen)
+}

@@ -1,0 +1,139 @@
+package main
+
+/*
+#include <stdint.h>
+
+#ifndef GODIST_BUF_DEFINED
+#define GODIST_BUF_DEFINED
+// godist_buf describes caller-owned memory (usually a tensor's storage):
+// data may be NULL only when nbytes is 0.
+typedef struct godist_buf {
+	void *data;
+	int64_t nbytes;
+} godist_buf;
+#endif
+*/
+import "C"
+
+import (
+	"errors"
+	"unsafe"
+
+	"github.com/godist/godist/libgodist"
+)
+
+func init() {
+	registerCode(statusInvalid, func(err error) bool { return errors.Is(err, libgodist.ErrInvalid) })
+	registerCode(statusClosed, func(err error) bool { return errors.Is(err, libgodist.ErrClosed) })
+	registerCode(statusTimeout, func(err error) bool {
+		var t interface{ Timeout() bool }
+		return errors.As(err, &t) && t.Timeout()
+	})
+}
+
+// godist_pg_create creates a process group for rank of size ranks and starts
+// listening for its peers; *out receives its handle.
+//
+//export godist_pg_create
+func godist_pg_create(rank, size C.int32_t, group *C.char, timeoutMs C.int64_t, bindHost *C.char, out *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	if out == nil {
+		return finish(errors.New("godist_pg_create: NULL out"), errbuf, errlen)
+	}
+	pg, err := libgodist.New(libgodist.Config{Rank: int(rank), Size: int(size), Group: goString(group),
+		Timeout: millis(timeoutMs), BindHost: goString(bindHost)})
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	*out = C.uint64_t(handles.put(pg))
+	return statusOK
+}
+
+// godist_pg_record writes this rank's rendezvous record into buf (capacity
+// cap bytes) and its length into *outlen. If cap is too small it returns
+// statusInvalid with the needed length in *outlen.
+//
+//export godist_pg_record
+func godist_pg_record(h C.uint64_t, buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := lookup[*libgodist.ProcessGroup](uint64(h))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	rec, err := pg.LocalRecord()
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	if outlen != nil {
+		*outlen = C.int64_t(len(rec))
+	}
+	if buf == nil || int64(capacity) < int64(len(rec)) {
+		return finish(errors.Join(libgodist.ErrInvalid, errors.New("record buffer too small")), errbuf, errlen)
+	}
+	copy(unsafe.Slice((*byte)(buf), len(rec)), rec)
+	return statusOK
+}
+
+// godist_pg_connect completes the rendezvous with all n records (index =
+// rank) and starts the group.
+//
+//export godist_pg_connect
+func godist_pg_connect(h C.uint64_t, recs *C.godist_buf, n C.int32_t, timeoutMs C.int64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := lookup[*libgodist.ProcessGroup](uint64(h))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	views, err := listOf((*C.godist_buf)(unsafe.Pointer(recs)), n, "records")
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	records := make([][]byte, len(views))
+	for i, v := range views {
+		records[i] = append([]byte(nil), v...)
+	}
+	return finish(pg.Connect(records, millis(timeoutMs)), errbuf, errlen)
+}
+
+// godist_pg_close shuts the group down gracefully and releases its handle.
+// Closing an already released handle is an error (statusInvalid).
+//
+//export godist_pg_close
+func godist_pg_close(h C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := lookup[*libgodist.ProcessGroup](uint64(h))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	handles.drop(uint64(h))
+	return finish(pg.Close(), errbuf, errlen)
+}
+
+// godist_pg_abort fails all pending work of the group at once and closes
+// its connections without goodbye. The handle stays valid until close.
+//
+//export godist_pg_abort
+func godist_pg_abort(h C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := lookup[*libgodist.ProcessGroup](uint64(h))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	pg.Abort(nil)
+	return statusOK
+}
+
+// godist_pg_seq writes the sequence number of the last collective issued.
+//
+//export godist_pg_seq
+func godist_pg_seq(h C.uint64_t, out *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := lookup[*libgodist.ProcessGroup](uint64(h))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	if out != nil {
+		*out = C.uint64_t(pg.Seq())
+	}
+	return statusOK
+}

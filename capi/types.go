@@ -1,0 +1,86 @@
+package main
+
+/*
+#include <stdint.h>
+
+#ifndef GODIST_BUF_DEFINED
+#define GODIST_BUF_DEFINED
+// godist_buf describes caller-owned memory (usually a tensor's storage):
+// data may be NULL only when nbytes is 0.
+typedef struct godist_buf {
+	void *data;
+	int64_t nbytes;
+} godist_buf;
+#endif
+*/
+import "C"
+
+import (
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/godist/godist/libgodist"
+)
+
+// maxBytes bounds a single buffer (sanity check on lengths from C).
+const maxBytes = 1 << 46
+
+// bytesOf views a godist_buf as a Go slice over the caller's memory. The
+// memory is C-allocated (torch's allocator), so Go may keep the slice for the
+// duration of the operation; the caller keeps it alive until then.
+func bytesOf(b *C.godist_buf, what string) ([]byte, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: %s: NULL buffer descriptor", libgodist.ErrInvalid, what)
+	}
+	n := int64(b.nbytes)
+	if n < 0 || n > maxBytes {
+		return nil, fmt.Errorf("%w: %s: invalid length %d", libgodist.ErrInvalid, what, n)
+	}
+	if n == 0 {
+		return []byte{}, nil
+	}
+	if b.data == nil {
+		return nil, fmt.Errorf("%w: %s: NULL data pointer with length %d", libgodist.ErrInvalid, what, n)
+	}
+	return unsafe.Slice((*byte)(b.data), int(n)), nil
+}
+
+// listOf views an array of n descriptors.
+func listOf(p *C.godist_buf, n C.int32_t, what string) ([][]byte, error) {
+	if n < 0 || n > 1<<20 {
+		return nil, fmt.Errorf("%w: %s: invalid list length %d", libgodist.ErrInvalid, what, n)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if p == nil {
+		return nil, fmt.Errorf("%w: %s: NULL list", libgodist.ErrInvalid, what)
+	}
+	descs := unsafe.Slice(p, int(n))
+	out := make([][]byte, n)
+	for i := range descs {
+		b, err := bytesOf(&descs[i], fmt.Sprintf("%s[%d]", what, i))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+func millis(ms C.int64_t) time.Duration {
+	if ms <= 0 {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func goString(s *C.char) string {
+	if s == nil {
+		return ""
+	}
+	return C.GoString(s)
+}
+
+func unsafeSlice(p *C.uint64_t, n int) []C.uint64_t { return unsafe.Slice(p, n) }

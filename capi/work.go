@@ -1,0 +1,109 @@
+package main
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/godist/godist/libgodist"
+)
+
+// godist_work_wait waits up to timeout_ms (0 polls) for a work to complete.
+// It returns statusNotReady if it has not, else the work's outcome; *source
+// receives the sender's rank for a receive (-1 otherwise). The handle stays
+// valid until godist_work_free.
+//
+//export godist_work_wait
+func godist_work_wait(h C.uint64_t, timeoutMs C.int64_t, source *C.int32_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	w, err := lookup[*libgodist.Work](uint64(h))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	err = w.Wait(time.Duration(timeoutMs) * time.Millisecond)
+	if errors.Is(err, libgodist.ErrNotReady) {
+		return statusNotReady
+	}
+	if source != nil {
+		*source = C.int32_t(w.Source())
+	}
+	return finish(err, errbuf, errlen)
+}
+
+// godist_work_free releases a work handle; it returns statusInvalid for an
+// unknown handle.
+//
+//export godist_work_free
+func godist_work_free(h C.uint64_t) (rc C.int) {
+	defer recoverTo(&rc, nil, 0)
+	if !handles.drop(uint64(h)) {
+		return statusInvalid
+	}
+	return statusOK
+}
+
+// godist_wait_any waits up to timeout_ms for completed works registered with
+// notify, writes up to max of their handles to out and their number to *n.
+//
+//export godist_wait_any
+func godist_wait_any(timeoutMs C.int64_t, out *C.uint64_t, max C.int32_t, n *C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, nil, 0)
+	if out == nil || n == nil || max <= 0 {
+		return statusInvalid
+	}
+	got := completions.pop(time.Duration(timeoutMs)*time.Millisecond, int(max))
+	dst := unsafeSlice(out, int(max))
+	copy(dst, got)
+	*n = C.int32_t(len(got))
+	return statusOK
+}
+
+// completionQueue holds the handles of finished works until the Python
+// completion thread collects them.
+type completionQueue struct {
+	mu     sync.Mutex
+	q      []C.uint64_t
+	signal chan struct{}
+}
+
+var completions = completionQueue{signal: make(chan struct{}, 1)}
+
+func (c *completionQueue) push(h uint64) {
+	c.mu.Lock()
+	c.q = append(c.q, C.uint64_t(h))
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (c *completionQueue) pop(d time.Duration, max int) []C.uint64_t {
+	deadline := time.Now().Add(d)
+	for {
+		c.mu.Lock()
+		if len(c.q) > 0 {
+			k := min(max, len(c.q))
+			out := append([]C.uint64_t(nil), c.q[:k]...)
+			c.q = c.q[k:]
+			c.mu.Unlock()
+			return out
+		}
+		c.mu.Unlock()
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-c.signal:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}

@@ -1,0 +1,327 @@
+package libgodist
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/reduce"
+	"github.com/godist/godist/libgodist/transport"
+)
+
+var worldSizes = []int{1, 2, 3, 4, 5, 7, 8}
+
+// group builds n connected in-memory process groups.
+func group(t testing.TB, n int, timeout time.Duration) ([]*ProcessGroup, *transport.MemNetwork) {
+	t.Helper()
+	net := transport.NewMemNetwork(n)
+	pgs := make([]*ProcessGroup, n)
+	for r := range pgs {
+		pg, err := NewWithTransport(Config{Rank: r, Size: n, Group: "test", Timeout: timeout}, net.Transport(r))
+		require.NoError(t, err)
+		pgs[r] = pg
+	}
+	t.Cleanup(func() {
+		for _, pg := range pgs {
+			pg.Close()
+		}
+	})
+	return pgs, net
+}
+
+// onAll runs f on every rank concurrently and waits for their Works.
+func onAll(t testing.TB, pgs []*ProcessGroup, f func(r int, pg *ProcessGroup) (*Work, error)) []error {
+	t.Helper()
+	errs := make([]error, len(pgs))
+	var wg sync.WaitGroup
+	for r, pg := range pgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := f(r, pg)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = w.Err()
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func requireAllOK(t testing.TB, errs []error) {
+	t.Helper()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+}
+
+func i64s(vals ...int64) []byte {
+	b := make([]byte, 8*len(vals))
+	for i, v := range vals {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
+	}
+	return b
+}
+
+func toI64(b []byte) []int64 {
+	out := make([]int64, len(b)/8)
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out
+}
+
+// input returns rank r's deterministic test data of count int64s.
+func input(r, count int) []int64 {
+	rng := rand.New(rand.NewSource(int64(r*7919 + count)))
+	v := make([]int64, count)
+	for i := range v {
+		v[i] = rng.Int63n(1000) - 500
+	}
+	return v
+}
+
+func TestAllReduceSumAndMax(t *testing.T) {
+	defer func(v int) { allReduceRDMax = v }(allReduceRDMax)
+	for _, rdMax := range []int{1 << 20, 16} { // recursive doubling, then ring
+		allReduceRDMax = rdMax
+		for _, n := range worldSizes {
+			for _, count := range []int{0, 1, 7, 1000} {
+				for _, op := range []reduce.Op{reduce.Sum, reduce.Max, reduce.Avg} {
+					t.Run(fmt.Sprintf("rd%d/n%d/c%d/%v", rdMax, n, count, op), func(t *testing.T) {
+						pgs, _ := group(t, n, 5*time.Second)
+						bufs := make([][]byte, n)
+						want := make([]int64, count)
+						for r := 0; r < n; r++ {
+							in := input(r, count)
+							bufs[r] = i64s(in...)
+							for i, v := range in {
+								switch {
+								case r == 0:
+									want[i] = v
+								case op == reduce.Max:
+									want[i] = max(want[i], v)
+								default:
+									want[i] += v
+								}
+							}
+						}
+						if op == reduce.Avg {
+							for i := range want {
+								want[i] /= int64(n)
+							}
+						}
+						requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+							return pg.AllReduce(bufs[r], ReduceArgs{DType: reduce.Int64, Op: op}, 0)
+						}))
+						for r := 0; r < n; r++ {
+							require.Equal(t, want, toI64(bufs[r]), "rank %d", r)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+func TestBroadcastReduceGatherScatter(t *testing.T) {
+	for _, n := range worldSizes {
+		for root := 0; root < n; root++ {
+			t.Run(fmt.Sprintf("n%d/root%d", n, root), func(t *testing.T) {
+				pgs, _ := group(t, n, 5*time.Second)
+				count := 5
+				// broadcast
+				bufs := make([][]byte, n)
+				for r := range bufs {
+					bufs[r] = i64s(input(r, count)...)
+				}
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) { return pg.Broadcast(bufs[r], root, 0) }))
+				for r := range bufs {
+					require.Equal(t, input(root, count), toI64(bufs[r]))
+				}
+				// reduce: root gets the sum, others unchanged
+				want := make([]int64, count)
+				for r := range bufs {
+					in := input(r, count)
+					bufs[r] = i64s(in...)
+					for i, v := range in {
+						want[i] += v
+					}
+				}
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+					return pg.Reduce(bufs[r], root, ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, 0)
+				}))
+				for r := range bufs {
+					if r == root {
+						require.Equal(t, want, toI64(bufs[r]))
+					} else {
+						require.Equal(t, input(r, count), toI64(bufs[r]))
+					}
+				}
+				// gather + scatter round trip
+				outs := make([][]byte, n)
+				for i := range outs {
+					outs[i] = make([]byte, 8*count)
+				}
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+					var o [][]byte
+					if r == root {
+						o = outs
+					}
+					return pg.Gather(i64s(input(r, count)...), o, root, 0)
+				}))
+				for i := range outs {
+					require.Equal(t, input(i, count), toI64(outs[i]))
+				}
+				got := make([][]byte, n)
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+					got[r] = make([]byte, 8*count)
+					var in [][]byte
+					if r == root {
+						in = outs
+					}
+					return pg.Scatter(in, got[r], root, 0)
+				}))
+				for r := range got {
+					require.Equal(t, input(r, count), toI64(got[r]))
+				}
+			})
+		}
+	}
+}
+
+func TestAllGatherReduceScatterAllToAllBarrier(t *testing.T) {
+	for _, n := range worldSizes {
+		for _, count := range []int{0, 1, 3} {
+			t.Run(fmt.Sprintf("n%d/c%d", n, count), func(t *testing.T) {
+				pgs, _ := group(t, n, 5*time.Second)
+				outs := make([][][]byte, n)
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+					outs[r] = make([][]byte, n)
+					for i := range outs[r] {
+						outs[r][i] = make([]byte, 8*count)
+					}
+					return pg.AllGather(i64s(input(r, count)...), outs[r], 0)
+				}))
+				for r := 0; r < n; r++ {
+					for i := 0; i < n; i++ {
+						require.Equal(t, input(i, count), toI64(outs[r][i]))
+					}
+				}
+				// reduce_scatter: rank r's block i is input(r*n+i)
+				res := make([][]byte, n)
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+					ins := make([][]byte, n)
+					for i := range ins {
+						ins[i] = i64s(input(r*n+i, count)...)
+					}
+					res[r] = make([]byte, 8*count)
+					return pg.ReduceScatter(ins, res[r], ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, 0)
+				}))
+				for r := 0; r < n; r++ {
+					want := make([]int64, count)
+					for src := 0; src < n; src++ {
+						for i, v := range input(src*n+r, count) {
+							want[i] += v
+						}
+					}
+					require.Equal(t, want, toI64(res[r]))
+				}
+				// all_to_all with uneven blocks: rank r sends (r+j)%3 int64s to j
+				a2a := make([][][]byte, n)
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+					ins := make([][]byte, n)
+					a2a[r] = make([][]byte, n)
+					for j := 0; j < n; j++ {
+						ins[j] = i64s(input(r*100+j, (r+j)%3)...)
+						a2a[r][j] = make([]byte, 8*((j+r)%3))
+					}
+					return pg.AllToAll(ins, a2a[r], 0)
+				}))
+				for r := 0; r < n; r++ {
+					for j := 0; j < n; j++ {
+						require.Equal(t, input(j*100+r, (j+r)%3), toI64(a2a[r][j]))
+					}
+				}
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) { return pg.Barrier(0) }))
+			})
+		}
+	}
+}
+
+func TestSendRecvAnySourceAndOrder(t *testing.T) {
+	pgs, _ := group(t, 3, 5*time.Second)
+	// ranks 1 and 2 each send two messages to 0 with tag 7; 0 receives from any.
+	for _, r := range []int{1, 2} {
+		for k := int64(0); k < 2; k++ {
+			w, err := pgs[r].Send(i64s(int64(r)*10+k), 0, 7, 0)
+			require.NoError(t, err)
+			require.NoError(t, w.Err())
+		}
+	}
+	seen := map[int][]int64{}
+	for i := 0; i < 4; i++ {
+		b := make([]byte, 8)
+		w, err := pgs[0].Recv(b, transport.AnySource, 7, 0)
+		require.NoError(t, err)
+		require.NoError(t, w.Err())
+		seen[w.Source()] = append(seen[w.Source()], toI64(b)[0])
+	}
+	require.Equal(t, map[int][]int64{1: {10, 11}, 2: {20, 21}}, seen)
+	// a receive with a different tag does not match, and times out
+	w, err := pgs[0].Recv(make([]byte, 8), 1, 8, 50*time.Millisecond)
+	require.NoError(t, err)
+	require.Error(t, w.Err())
+	require.Contains(t, w.Err().Error(), "timed out")
+}
+
+func TestTimeoutNamesMissingRank(t *testing.T) {
+	pgs, _ := group(t, 4, 300*time.Millisecond)
+	errs := onAll(t, pgs[:3], func(r int, pg *ProcessGroup) (*Work, error) {
+		return pg.AllReduce(i64s(1, 2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, 0)
+	})
+	for r, err := range errs {
+		require.Error(t, err, "rank %d", r)
+		var oe *OpError
+		require.ErrorAs(t, err, &oe)
+		require.True(t, oe.Timeout())
+		require.Equal(t, []int{3}, oe.Missing, "rank %d: %v", r, err)
+		require.Contains(t, err.Error(), "allreduce (seq 1)")
+	}
+	// the group is now broken: later ops fail fast
+	w, err := pgs[0].Barrier(0)
+	require.NoError(t, err)
+	require.ErrorIs(t, w.Err(), ErrBroken)
+}
+
+func TestKilledPeerFailsOthers(t *testing.T) {
+	pgs, net := group(t, 3, 10*time.Second)
+	net.Kill(2)
+	start := time.Now()
+	errs := onAll(t, pgs[:2], func(r int, pg *ProcessGroup) (*Work, error) { return pg.Barrier(0) })
+	for _, err := range errs {
+		require.ErrorIs(t, err, transport.ErrConnLost)
+	}
+	require.Less(t, time.Since(start), 2*time.Second)
+}
+
+func TestInvalidArguments(t *testing.T) {
+	pgs, _ := group(t, 2, time.Second)
+	_, err := pgs[0].AllReduce(make([]byte, 3), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, 0)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = pgs[0].AllReduce(make([]byte, 8), ReduceArgs{DType: reduce.Float32, Op: reduce.BAnd}, 0)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = pgs[0].Broadcast(nil, 5, 0)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = pgs[0].AllGather(make([]byte, 8), [][]byte{make([]byte, 8)}, 0)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = pgs[0].Send(nil, 2, 0, 0)
+	require.ErrorIs(t, err, ErrInvalid)
+}

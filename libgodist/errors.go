@@ -1,0 +1,61 @@
+package libgodist
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+var (
+	// ErrInvalid is wrapped by errors for bad arguments, detected before an
+	// operation is queued.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrBroken is wrapped by errors of operations issued after the group
+	// failed (a timeout or a lost peer leaves the transport in an unknown
+	// state, so the group refuses further work).
+	ErrBroken = errors.New("process group is broken by an earlier error")
+	// ErrClosed is wrapped by errors of operations on a closed group.
+	ErrClosed = errors.New("process group is closed")
+)
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// OpError describes the failure of one operation of a process group.
+type OpError struct {
+	Op      string        // "allreduce", "broadcast", ...
+	Seq     uint64        // the op's sequence number in its group
+	Group   string        // the group's name
+	Peer    int           // the rank at fault, or -1 if unknown
+	Missing []int         // ranks that had not started the op (on timeout)
+	After   time.Duration // the timeout, when the op timed out
+	Err     error
+}
+
+func (e *OpError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "godist: %s (seq %d) in group %q", e.Op, e.Seq, e.Group)
+	switch {
+	case e.Timeout() && len(e.Missing) > 0:
+		fmt.Fprintf(&b, " timed out after %v: rank(s) %v did not join this %s", e.After, e.Missing, e.Op)
+	case e.Timeout() && e.Peer >= 0:
+		fmt.Fprintf(&b, " timed out after %v waiting for rank %d", e.After, e.Peer)
+	case e.Timeout():
+		fmt.Fprintf(&b, " timed out after %v", e.After)
+	case e.Peer >= 0:
+		fmt.Fprintf(&b, " failed at rank %d", e.Peer)
+	default:
+		b.WriteString(" failed")
+	}
+	fmt.Fprintf(&b, ": %v", e.Err)
+	return b.String()
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Timeout reports whether the op failed because its deadline passed.
+func (e *OpError) Timeout() bool { return errors.Is(e.Err, transport.ErrTimeout) }

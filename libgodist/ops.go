@@ -1,0 +1,204 @@
+package libgodist
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/godist/godist/libgodist/reduce"
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// The methods in this file are the group's public operations. Each checks
+// its arguments (returning an error wrapping ErrInvalid before anything is
+// queued) and returns a Work. Buffers are raw bytes owned by the caller,
+// who must keep them alive and untouched until the Work completes. timeout
+// <= 0 means the group's default.
+
+// ReduceArgs describes the data of a reducing collective.
+type ReduceArgs struct {
+	DType  reduce.DType
+	Op     reduce.Op
+	Factor float64 // PREMUL_SUM factor
+}
+
+func (a ReduceArgs) spec(op string, bufs ...[]byte) (reduceSpec, error) {
+	s := reduceSpec{dt: a.DType, op: a.Op, factor: a.Factor}
+	if err := s.check(); err != nil {
+		return s, fmt.Errorf("%s: %w", op, err)
+	}
+	for _, b := range bufs {
+		if len(b)%a.DType.Size() != 0 {
+			return s, invalidf("%s: buffer of %d bytes is not a whole number of %s elements", op, len(b), a.DType)
+		}
+	}
+	return s, nil
+}
+
+func (pg *ProcessGroup) checkRoot(op string, root int) error {
+	if root < 0 || root >= pg.cfg.Size {
+		return invalidf("%s: root rank %d is out of range for a group of %d", op, root, pg.cfg.Size)
+	}
+	return nil
+}
+
+func (pg *ProcessGroup) checkList(op, what string, bufs [][]byte, size int) error {
+	if len(bufs) != pg.cfg.Size {
+		return invalidf("%s: %s has %d entries, expected one per rank (%d)", op, what, len(bufs), pg.cfg.Size)
+	}
+	if size < 0 {
+		return nil
+	}
+	for i, b := range bufs {
+		if len(b) != size {
+			return invalidf("%s: %s[%d] has %d bytes, expected %d", op, what, i, len(b), size)
+		}
+	}
+	return nil
+}
+
+// AllReduce reduces buf in place across the group.
+func (pg *ProcessGroup) AllReduce(buf []byte, a ReduceArgs, timeout time.Duration) (*Work, error) {
+	s, err := a.spec("allreduce", buf)
+	if err != nil {
+		return nil, err
+	}
+	return pg.submit("allreduce", timeout, func(c *comm) error { return allReduce(c, buf, s) }), nil
+}
+
+// Broadcast copies root's buf into every rank's buf.
+func (pg *ProcessGroup) Broadcast(buf []byte, root int, timeout time.Duration) (*Work, error) {
+	if err := pg.checkRoot("broadcast", root); err != nil {
+		return nil, err
+	}
+	return pg.submit("broadcast", timeout, func(c *comm) error { return broadcast(c, buf, root) }), nil
+}
+
+// Reduce reduces every rank's buf into root's buf.
+func (pg *ProcessGroup) Reduce(buf []byte, root int, a ReduceArgs, timeout time.Duration) (*Work, error) {
+	if err := pg.checkRoot("reduce", root); err != nil {
+		return nil, err
+	}
+	s, err := a.spec("reduce", buf)
+	if err != nil {
+		return nil, err
+	}
+	return pg.submit("reduce", timeout, func(c *comm) error { return reduceTo(c, buf, root, s) }), nil
+}
+
+// AllGather copies every rank's in into outs[rank] on every rank.
+func (pg *ProcessGroup) AllGather(in []byte, outs [][]byte, timeout time.Duration) (*Work, error) {
+	if err := pg.checkList("allgather", "output list", outs, len(in)); err != nil {
+		return nil, err
+	}
+	return pg.submit("allgather", timeout, func(c *comm) error { return allGather(c, in, outs) }), nil
+}
+
+// ReduceScatter leaves the reduction of every rank's ins[rank] in out.
+func (pg *ProcessGroup) ReduceScatter(ins [][]byte, out []byte, a ReduceArgs, timeout time.Duration) (*Work, error) {
+	if err := pg.checkList("reduce_scatter", "input list", ins, len(out)); err != nil {
+		return nil, err
+	}
+	s, err := a.spec("reduce_scatter", out)
+	if err != nil {
+		return nil, err
+	}
+	return pg.submit("reduce_scatter", timeout, func(c *comm) error { return reduceScatter(c, ins, out, s) }), nil
+}
+
+// Gather collects every rank's in into root's outs (outs is ignored
+// elsewhere).
+func (pg *ProcessGroup) Gather(in []byte, outs [][]byte, root int, timeout time.Duration) (*Work, error) {
+	if err := pg.checkRoot("gather", root); err != nil {
+		return nil, err
+	}
+	if pg.cfg.Rank == root {
+		if err := pg.checkList("gather", "gather list", outs, len(in)); err != nil {
+			return nil, err
+		}
+	}
+	return pg.submit("gather", timeout, func(c *comm) error { return gather(c, in, outs, root) }), nil
+}
+
+// Scatter sends root's ins[i] to rank i's out (ins is ignored elsewhere).
+func (pg *ProcessGroup) Scatter(ins [][]byte, out []byte, root int, timeout time.Duration) (*Work, error) {
+	if err := pg.checkRoot("scatter", root); err != nil {
+		return nil, err
+	}
+	if pg.cfg.Rank == root {
+		if err := pg.checkList("scatter", "scatter list", ins, len(out)); err != nil {
+			return nil, err
+		}
+	}
+	return pg.submit("scatter", timeout, func(c *comm) error { return scatter(c, ins, out, root) }), nil
+}
+
+// AllToAll sends ins[j] to rank j's outs[rank]; blocks may differ in size
+// but each must match its counterpart on the other rank.
+func (pg *ProcessGroup) AllToAll(ins, outs [][]byte, timeout time.Duration) (*Work, error) {
+	if err := pg.checkList("alltoall", "input list", ins, -1); err != nil {
+		return nil, err
+	}
+	if err := pg.checkList("alltoall", "output list", outs, -1); err != nil {
+		return nil, err
+	}
+	if len(ins[pg.cfg.Rank]) != len(outs[pg.cfg.Rank]) {
+		return nil, invalidf("alltoall: this rank sends itself %d bytes but expects %d", len(ins[pg.cfg.Rank]), len(outs[pg.cfg.Rank]))
+	}
+	return pg.submit("alltoall", timeout, func(c *comm) error { return allToAll(c, ins, outs) }), nil
+}
+
+// Barrier completes once every rank has entered it.
+func (pg *ProcessGroup) Barrier(timeout time.Duration) (*Work, error) {
+	return pg.submit("barrier", timeout, barrier), nil
+}
+
+// Send sends buf to peer under a user tag. It bypasses the collective queue;
+// sends to one peer keep their order. The send is eager: it completes once
+// the bytes are handed to the transport.
+func (pg *ProcessGroup) Send(buf []byte, peer int, tag int64, timeout time.Duration) (*Work, error) {
+	if peer < 0 || peer >= pg.cfg.Size {
+		return nil, invalidf("send: destination rank %d is out of range for a group of %d", peer, pg.cfg.Size)
+	}
+	if err := pg.usable(); err != nil {
+		return nil, err
+	}
+	if timeout <= 0 {
+		timeout = pg.cfg.Timeout
+	}
+	ctx, cancel := context.WithTimeout(pg.ctx, timeout)
+	defer cancel()
+	err := pg.tr.Send(ctx, peer, transport.P2PTag(tag), buf)
+	if err != nil {
+		err = &OpError{Op: "send", Group: pg.cfg.Group, Peer: peer, Err: err, After: timeout}
+	}
+	return completedWork("send", 0, err), nil
+}
+
+// Recv receives len(buf) bytes from peer (or transport.AnySource) under a
+// user tag. The Work's Source is the sender.
+func (pg *ProcessGroup) Recv(buf []byte, peer int, tag int64, timeout time.Duration) (*Work, error) {
+	if peer != transport.AnySource && (peer < 0 || peer >= pg.cfg.Size) {
+		return nil, invalidf("recv: source rank %d is out of range for a group of %d", peer, pg.cfg.Size)
+	}
+	if err := pg.usable(); err != nil {
+		return nil, err
+	}
+	if timeout <= 0 {
+		timeout = pg.cfg.Timeout
+	}
+	w := newWork("recv", 0)
+	r := pg.tr.PostRecv(peer, transport.P2PTag(tag), buf)
+	timer := time.AfterFunc(timeout, func() { r.Cancel(transport.ErrTimeout) })
+	stop := context.AfterFunc(pg.ctx, func() { r.Cancel(transport.ErrClosed) })
+	r.OnDone(func(r *transport.Recv) {
+		timer.Stop()
+		stop()
+		err := r.Err()
+		if err != nil {
+			err = &OpError{Op: "recv", Group: pg.cfg.Group, Peer: peer, Err: err, After: timeout}
+		}
+		w.finish(err, r.Source())
+	})
+	return w, nil
+}

@@ -1,0 +1,258 @@
+package libgodist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// Config describes one process group.
+type Config struct {
+	Rank, Size int
+	Group      string        // the group's name (c10d group name)
+	Timeout    time.Duration // default deadline of each operation
+	BindHost   string        // TCP listen host; "" for all interfaces
+}
+
+func (c Config) validate() error {
+	if c.Size < 1 {
+		return invalidf("group size %d must be at least 1", c.Size)
+	}
+	if c.Rank < 0 || c.Rank >= c.Size {
+		return invalidf("rank %d is out of range for a group of %d", c.Rank, c.Size)
+	}
+	if c.Timeout <= 0 {
+		return invalidf("timeout %v must be positive", c.Timeout)
+	}
+	return nil
+}
+
+// ProcessGroup runs the collectives of one group on one rank. Collectives
+// are executed one at a time in issue order by an executor goroutine
+// (c10d semantics: every rank issues the same collectives in the same
+// order); point-to-point operations bypass the queue.
+type ProcessGroup struct {
+	cfg Config
+	tr  transport.Transport
+	rdv *rendezvous // nil once connected or for in-memory groups
+
+	seq     atomic.Uint64 // last sequence number handed out
+	entered atomic.Uint64 // sequence number of the collective running or last run
+
+	queue    chan *task
+	ctx      context.Context // canceled by Close/Abort
+	cancel   context.CancelCauseFunc
+	execDone chan struct{}
+	ctlDone  chan struct{}
+
+	mu     sync.Mutex
+	broken error // first fatal error; guarded by mu
+	closed bool  // guarded by mu
+
+	closeOnce sync.Once
+	queries   atomic.Uint64
+}
+
+type task struct {
+	w       *Work
+	timeout time.Duration
+	run     func(c *comm) error
+}
+
+// queueDepth bounds the number of collectives queued but not started.
+const queueDepth = 1 << 14
+
+// NewWithTransport builds a connected group over an existing transport
+// (used for in-memory tests and for size-1 groups).
+func NewWithTransport(cfg Config, tr transport.Transport) (*ProcessGroup, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if tr.Size() != cfg.Size || tr.Rank() != cfg.Rank {
+		return nil, invalidf("transport is rank %d of %d, config says %d of %d", tr.Rank(), tr.Size(), cfg.Rank, cfg.Size)
+	}
+	pg := newPG(cfg)
+	pg.start(tr)
+	return pg, nil
+}
+
+func newPG(cfg Config) *ProcessGroup {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &ProcessGroup{cfg: cfg, queue: make(chan *task, queueDepth), ctx: ctx, cancel: cancel,
+		execDone: make(chan struct{}), ctlDone: make(chan struct{})}
+}
+
+func (pg *ProcessGroup) start(tr transport.Transport) {
+	pg.tr = tr
+	go pg.execute()
+	go pg.controlLoop()
+}
+
+// Rank, Size and Name describe the group.
+func (pg *ProcessGroup) Rank() int    { return pg.cfg.Rank }
+func (pg *ProcessGroup) Size() int    { return pg.cfg.Size }
+func (pg *ProcessGroup) Name() string { return pg.cfg.Group }
+
+// Seq is the sequence number of the last collective issued.
+func (pg *ProcessGroup) Seq() uint64 { return pg.seq.Load() }
+
+// Err returns the error that broke the group, if any.
+func (pg *ProcessGroup) Err() error {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	return pg.broken
+}
+
+func (pg *ProcessGroup) breakWith(err error) {
+	pg.mu.Lock()
+	if pg.broken == nil {
+		pg.broken = err
+	}
+	pg.mu.Unlock()
+}
+
+// usable returns why the group cannot take new work, if it cannot.
+func (pg *ProcessGroup) usable() error {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if pg.closed {
+		return fmt.Errorf("godist: group %q: %w", pg.cfg.Group, ErrClosed)
+	}
+	if pg.tr == nil {
+		return fmt.Errorf("godist: group %q: %w: not connected yet", pg.cfg.Group, ErrInvalid)
+	}
+	if pg.broken != nil {
+		return fmt.Errorf("godist: group %q: %w: %v", pg.cfg.Group, ErrBroken, pg.broken)
+	}
+	return nil
+}
+
+// submit queues a collective and returns its Work.
+func (pg *ProcessGroup) submit(op string, timeout time.Duration, run func(c *comm) error) *Work {
+	if timeout <= 0 {
+		timeout = pg.cfg.Timeout
+	}
+	seq := pg.seq.Add(1)
+	w := newWork(op, seq)
+	if err := pg.usable(); err != nil {
+		w.finish(err, -1)
+		return w
+	}
+	select {
+	case pg.queue <- &task{w: w, timeout: timeout, run: run}:
+	case <-pg.ctx.Done():
+		w.finish(fmt.Errorf("godist: group %q: %w", pg.cfg.Group, ErrClosed), -1)
+	}
+	return w
+}
+
+// execute runs queued collectives in order until the group closes.
+func (pg *ProcessGroup) execute() {
+	defer close(pg.execDone)
+	for {
+		select {
+		case t := <-pg.queue:
+			pg.runTask(t)
+		case <-pg.ctx.Done():
+			// Fail whatever is still queued.
+			for {
+				select {
+				case t := <-pg.queue:
+					t.w.finish(fmt.Errorf("godist: %s (seq %d) in group %q: %w", t.w.Op, t.w.Seq, pg.cfg.Group, ErrClosed), -1)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (pg *ProcessGroup) runTask(t *task) {
+	pg.entered.Store(t.w.Seq)
+	if err := pg.usable(); err != nil {
+		t.w.finish(fmt.Errorf("godist: %s (seq %d): %w", t.w.Op, t.w.Seq, err), -1)
+		return
+	}
+	ctx, cancel := context.WithTimeout(pg.ctx, t.timeout)
+	c := &comm{tr: pg.tr, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size}
+	err := safeRun(t.run, c)
+	cancel()
+	if err != nil {
+		err = pg.opError(t, err)
+	}
+	t.w.finish(err, -1)
+}
+
+// safeRun turns a panic inside an algorithm into an error, so one bad op
+// cannot take the process down.
+func safeRun(run func(*comm) error, c *comm) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("internal error (panic): %v", r)
+		}
+	}()
+	return run(c)
+}
+
+// opError wraps an algorithm's error with the op, sequence number, group
+// and the peer at fault; on a timeout it asks the peers how far they got,
+// to name the ranks that never joined. Transport failures break the group.
+func (pg *ProcessGroup) opError(t *task, err error) error {
+	oe := &OpError{Op: t.w.Op, Seq: t.w.Seq, Group: pg.cfg.Group, Peer: -1, Err: err}
+	var pe *transport.PeerError
+	if errors.As(err, &pe) {
+		oe.Peer = pe.Peer
+	}
+	if errors.Is(err, ErrInvalid) || errors.Is(err, transport.ErrSizeMismatch) {
+		return oe
+	}
+	if oe.Timeout() {
+		oe.After = t.timeout
+		oe.Missing = pg.missingRanks(t.w.Seq)
+	}
+	pg.breakWith(oe)
+	return oe
+}
+
+// Close shuts the group down gracefully: queued work fails with ErrClosed,
+// the transport says goodbye to every peer. Idempotent.
+func (pg *ProcessGroup) Close() error {
+	pg.shutdown(nil)
+	return nil
+}
+
+// Abort shuts the group down at once, failing pending work with err.
+func (pg *ProcessGroup) Abort(err error) {
+	if err == nil {
+		err = fmt.Errorf("godist: group %q: aborted", pg.cfg.Group)
+	}
+	pg.shutdown(err)
+}
+
+func (pg *ProcessGroup) shutdown(abortErr error) {
+	pg.closeOnce.Do(func() {
+		pg.mu.Lock()
+		pg.closed = true
+		tr, rdv := pg.tr, pg.rdv
+		pg.mu.Unlock()
+		if abortErr != nil && tr != nil {
+			tr.Abort(abortErr)
+		}
+		pg.cancel(ErrClosed)
+		if rdv != nil {
+			rdv.close()
+		}
+		if tr != nil {
+			<-pg.execDone
+			<-pg.ctlDone
+			if abortErr == nil {
+				_ = tr.Close()
+			}
+		}
+	})
+}

@@ -1,0 +1,441 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// Mailbox matches incoming messages to posted receives. Every transport
+// embeds one: its reader delivers each arriving message with Deliver, and its
+// PostRecv is Mailbox.Post. Messages from one source under one tag match
+// receives in post order; a message that arrives before its receive is kept
+// (copied once) until a receive is posted.
+//
+// A Mailbox is safe for concurrent use.
+type Mailbox struct {
+	mu         sync.Mutex
+	size       int
+	postSeq    uint64
+	arrivals   uint64
+	posted     map[key][]*Recv
+	anyPosted  map[Tag][]*Recv
+	unexpected map[key][]message
+	peerErr    []error
+	err        error
+
+	// OnStuck, if set, is called (without locks) with a peer whose message
+	// is being read into a receive that must be abandoned; the transport
+	// must then break that connection so the read ends.
+	OnStuck func(peer int)
+}
+
+type key struct {
+	src int
+	tag Tag
+}
+
+type message struct {
+	data    []byte
+	arrival uint64
+}
+
+// stuckGrace is how long a canceled receive waits for a message that is
+// already being read before it asks the transport to break the connection.
+var stuckGrace = time.Second
+
+// NewMailbox returns a mailbox for a group of size ranks.
+func NewMailbox(size int) *Mailbox {
+	return &Mailbox{
+		size:       size,
+		posted:     map[key][]*Recv{},
+		anyPosted:  map[Tag][]*Recv{},
+		unexpected: map[key][]message{},
+		peerErr:    make([]error, size),
+	}
+}
+
+const (
+	statePosted = iota
+	stateClaimed
+	stateDone
+)
+
+// Recv is a posted receive. Its fields Peer, Tag and Buf are what was posted.
+type Recv struct {
+	Peer int
+	Tag  Tag
+	Buf  []byte
+
+	mb    *Mailbox
+	seq   uint64
+	state int
+	done  chan struct{}
+	src   int
+	err   error
+	hook  func(*Recv)
+}
+
+// Done is closed when the receive has completed (successfully or not).
+func (r *Recv) Done() <-chan struct{} { return r.done }
+
+// Err is the outcome; valid after Done is closed.
+func (r *Recv) Err() error { return r.err }
+
+// Source is the rank the message came from; valid after a successful Wait.
+func (r *Recv) Source() int { return r.src }
+
+// OnDone registers f to be called exactly once when the receive completes,
+// on whichever goroutine completes it (or at once if it already has). f must
+// not block.
+func (r *Recv) OnDone(f func(*Recv)) {
+	r.mb.mu.Lock()
+	if r.state != stateDone {
+		r.hook = f
+		r.mb.mu.Unlock()
+		return
+	}
+	r.mb.mu.Unlock()
+	f(r)
+}
+
+// Wait blocks until the receive completes or ctx ends. When ctx ends first
+// the receive is canceled, and Wait returns only once the transport no
+// longer touches Buf.
+func (r *Recv) Wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return r.err
+	default:
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		r.Cancel(ctxErr(ctx))
+		return r.err
+	}
+}
+
+func ctxErr(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return ErrTimeout
+	}
+	return fmt.Errorf("%w: %v", ErrClosed, context.Cause(ctx))
+}
+
+// Cancel abandons the receive with cause unless it already completed. It
+// returns once the transport no longer touches Buf.
+func (r *Recv) Cancel(cause error) {
+	mb := r.mb
+	mb.mu.Lock()
+	switch r.state {
+	case statePosted:
+		mb.unpost(r)
+		hook := mb.complete(r, r.Peer, &PeerError{Op: "recv", Peer: r.Peer, Err: cause})
+		mb.mu.Unlock()
+		runHook(hook, r)
+		return
+	case stateDone:
+		mb.mu.Unlock()
+		return
+	}
+	mb.mu.Unlock()
+	// Claimed: bytes are being read into Buf right now.
+	t := time.NewTimer(stuckGrace)
+	defer t.Stop()
+	select {
+	case <-r.done:
+		return
+	case <-t.C:
+	}
+	if mb.OnStuck != nil {
+		mb.OnStuck(r.src)
+	}
+	<-r.done
+}
+
+func runHook(h func(*Recv), r *Recv) {
+	if h != nil {
+		h(r)
+	}
+}
+
+// complete marks r done. Called with mb.mu held; the returned hook must be
+// run after unlocking.
+func (mb *Mailbox) complete(r *Recv, src int, err error) func(*Recv) {
+	r.state = stateDone
+	r.src = src
+	r.err = err
+	close(r.done)
+	h := r.hook
+	r.hook = nil
+	return h
+}
+
+// unpost removes a posted r from its queue. Called with mb.mu held.
+func (mb *Mailbox) unpost(r *Recv) {
+	if r.Peer == AnySource {
+		mb.anyPosted[r.Tag] = remove(mb.anyPosted[r.Tag], r)
+		if len(mb.anyPosted[r.Tag]) == 0 {
+			delete(mb.anyPosted, r.Tag)
+		}
+		return
+	}
+	k := key{r.Peer, r.Tag}
+	mb.posted[k] = remove(mb.posted[k], r)
+	if len(mb.posted[k]) == 0 {
+		delete(mb.posted, k)
+	}
+}
+
+func remove(q []*Recv, r *Recv) []*Recv {
+	for i, x := range q {
+		if x == r {
+			return append(q[:i], q[i+1:]...)
+		}
+	}
+	return q
+}
+
+// Post posts a receive (see Transport.PostRecv).
+func (mb *Mailbox) Post(peer int, tag Tag, buf []byte) *Recv {
+	r := &Recv{Peer: peer, Tag: tag, Buf: buf, mb: mb, done: make(chan struct{})}
+	mb.mu.Lock()
+	if peer != AnySource && (peer < 0 || peer >= mb.size) {
+		hook := mb.complete(r, peer, &PeerError{Op: "recv", Peer: peer,
+			Err: fmt.Errorf("rank %d is out of range for a group of %d", peer, mb.size)})
+		mb.mu.Unlock()
+		runHook(hook, r)
+		return r
+	}
+	if src, m, ok := mb.takeUnexpected(peer, tag); ok {
+		var err error
+		if len(m.data) != len(buf) {
+			err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: got %d bytes, expected %d", ErrSizeMismatch, len(m.data), len(buf))}
+		} else {
+			copy(buf, m.data)
+		}
+		hook := mb.complete(r, src, err)
+		mb.mu.Unlock()
+		runHook(hook, r)
+		return r
+	}
+	if err := mb.postErr(peer); err != nil {
+		hook := mb.complete(r, peer, &PeerError{Op: "recv", Peer: peer, Err: err})
+		mb.mu.Unlock()
+		runHook(hook, r)
+		return r
+	}
+	mb.postSeq++
+	r.seq = mb.postSeq
+	if peer == AnySource {
+		mb.anyPosted[tag] = append(mb.anyPosted[tag], r)
+	} else {
+		k := key{peer, tag}
+		mb.posted[k] = append(mb.posted[k], r)
+	}
+	mb.mu.Unlock()
+	return r
+}
+
+// postErr is the error a new receive from peer fails with, if any. Called
+// with mb.mu held.
+func (mb *Mailbox) postErr(peer int) error {
+	if mb.err != nil {
+		return mb.err
+	}
+	if peer != AnySource {
+		return mb.peerErr[peer]
+	}
+	for _, e := range mb.peerErr {
+		if e == nil {
+			return nil
+		}
+	}
+	if mb.size > 0 {
+		return mb.peerErr[0]
+	}
+	return nil
+}
+
+// takeUnexpected pops the oldest stored message matching (peer, tag).
+// Called with mb.mu held.
+func (mb *Mailbox) takeUnexpected(peer int, tag Tag) (int, message, bool) {
+	if peer != AnySource {
+		k := key{peer, tag}
+		q := mb.unexpected[k]
+		if len(q) == 0 {
+			return 0, message{}, false
+		}
+		m := q[0]
+		q[0] = message{}
+		if len(q) == 1 {
+			delete(mb.unexpected, k)
+		} else {
+			mb.unexpected[k] = q[1:]
+		}
+		return peer, m, true
+	}
+	best := -1
+	var bestArrival uint64
+	for s := 0; s < mb.size; s++ {
+		if q := mb.unexpected[key{s, tag}]; len(q) > 0 && (best < 0 || q[0].arrival < bestArrival) {
+			best, bestArrival = s, q[0].arrival
+		}
+	}
+	if best < 0 {
+		return 0, message{}, false
+	}
+	return mb.takeUnexpected(best, tag)
+}
+
+// matchPosted pops the earliest posted receive that matches a message from
+// src under tag. Called with mb.mu held.
+func (mb *Mailbox) matchPosted(src int, tag Tag) *Recv {
+	k := key{src, tag}
+	q, aq := mb.posted[k], mb.anyPosted[tag]
+	var r *Recv
+	switch {
+	case len(q) > 0 && (len(aq) == 0 || q[0].seq < aq[0].seq):
+		r = q[0]
+	case len(aq) > 0:
+		r = aq[0]
+	default:
+		return nil
+	}
+	mb.unpost(r)
+	return r
+}
+
+// Deliver hands the mailbox a message of n bytes from src under tag whose
+// payload is read from rd. It is called by one reader per source, in arrival
+// order. It returns an error only if reading rd failed, after which the
+// stream is unusable.
+func (mb *Mailbox) Deliver(src int, tag Tag, n int, rd io.Reader) error {
+	mb.mu.Lock()
+	if r := mb.matchPosted(src, tag); r != nil {
+		r.state = stateClaimed
+		mb.mu.Unlock()
+		return mb.readInto(r, src, n, rd)
+	}
+	mb.mu.Unlock()
+
+	data := make([]byte, n)
+	if _, err := io.ReadFull(rd, data); err != nil {
+		return err
+	}
+	mb.mu.Lock()
+	if r := mb.matchPosted(src, tag); r != nil {
+		var err error
+		if n != len(r.Buf) {
+			err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: got %d bytes, expected %d", ErrSizeMismatch, n, len(r.Buf))}
+		} else {
+			copy(r.Buf, data)
+		}
+		hook := mb.complete(r, src, err)
+		mb.mu.Unlock()
+		runHook(hook, r)
+		return nil
+	}
+	mb.arrivals++
+	k := key{src, tag}
+	mb.unexpected[k] = append(mb.unexpected[k], message{data: data, arrival: mb.arrivals})
+	mb.mu.Unlock()
+	return nil
+}
+
+// readInto reads a message straight into a claimed receive's buffer.
+func (mb *Mailbox) readInto(r *Recv, src, n int, rd io.Reader) error {
+	var rerr, err error
+	if n != len(r.Buf) {
+		_, rerr = io.CopyN(io.Discard, rd, int64(n))
+		err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: got %d bytes, expected %d", ErrSizeMismatch, n, len(r.Buf))}
+	} else if _, rerr = io.ReadFull(rd, r.Buf); rerr != nil {
+		err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: %v", ErrConnLost, rerr)}
+	}
+	mb.mu.Lock()
+	hook := mb.complete(r, src, err)
+	mb.mu.Unlock()
+	runHook(hook, r)
+	return rerr
+}
+
+// FailPeer fails the posted receives from src, and every later receive from
+// src that finds no stored message, with err. Messages that already arrived
+// stay receivable. The first error recorded for a peer wins.
+func (mb *Mailbox) FailPeer(src int, err error) {
+	if src < 0 || src >= mb.size {
+		return
+	}
+	mb.mu.Lock()
+	if mb.peerErr[src] == nil {
+		mb.peerErr[src] = err
+	}
+	err = mb.peerErr[src]
+	var failed []*Recv
+	for k, q := range mb.posted {
+		if k.src == src {
+			failed = append(failed, q...)
+			delete(mb.posted, k)
+		}
+	}
+	hooks := make([]func(*Recv), len(failed))
+	for i, r := range failed {
+		hooks[i] = mb.complete(r, src, &PeerError{Op: "recv", Peer: src, Err: err})
+	}
+	mb.mu.Unlock()
+	for i, r := range failed {
+		runHook(hooks[i], r)
+	}
+}
+
+// Fail fails every posted and later receive with err (the first error
+// recorded wins). Receives being read into complete when their reader ends.
+func (mb *Mailbox) Fail(err error) {
+	mb.mu.Lock()
+	if mb.err == nil {
+		mb.err = err
+	}
+	err = mb.err
+	var failed []*Recv
+	for k, q := range mb.posted {
+		failed = append(failed, q...)
+		delete(mb.posted, k)
+	}
+	for t, q := range mb.anyPosted {
+		failed = append(failed, q...)
+		delete(mb.anyPosted, t)
+	}
+	hooks := make([]func(*Recv), len(failed))
+	for i, r := range failed {
+		hooks[i] = mb.complete(r, r.Peer, &PeerError{Op: "recv", Peer: r.Peer, Err: err})
+	}
+	mb.mu.Unlock()
+	for i, r := range failed {
+		runHook(hooks[i], r)
+	}
+}
+
+// Err returns the error the whole mailbox failed with, if any.
+func (mb *Mailbox) Err() error {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	return mb.err
+}
+
+// PeerErr returns the error recorded for src, if any.
+func (mb *Mailbox) PeerErr(src int) error {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if src < 0 || src >= mb.size {
+		return nil
+	}
+	if mb.err != nil {
+		return mb.err
+	}
+	return mb.peerErr[src]
+}

@@ -1,0 +1,102 @@
+package libgodist
+
+import (
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrNotReady is returned by Work.Wait when the work did not complete
+// within the given time.
+var ErrNotReady = errors.New("work not completed yet")
+
+// Work is the handle of one queued operation. It completes exactly once.
+type Work struct {
+	Op  string
+	Seq uint64
+
+	done   chan struct{}
+	mu     sync.Mutex
+	fired  bool
+	err    error
+	source int
+	hooks  []func()
+}
+
+func newWork(op string, seq uint64) *Work {
+	return &Work{Op: op, Seq: seq, done: make(chan struct{}), source: -1}
+}
+
+// Done is closed when the work completes.
+func (w *Work) Done() <-chan struct{} { return w.done }
+
+// Err is the outcome; valid once Done is closed.
+func (w *Work) Err() error {
+	<-w.done
+	return w.err
+}
+
+// Source is the rank a receive got its message from (-1 otherwise).
+func (w *Work) Source() int {
+	<-w.done
+	return w.source
+}
+
+// Wait waits up to d for completion and returns the outcome, or ErrNotReady.
+// d <= 0 polls.
+func (w *Work) Wait(d time.Duration) error {
+	select {
+	case <-w.done:
+		return w.err
+	default:
+	}
+	if d <= 0 {
+		return ErrNotReady
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return w.err
+	case <-t.C:
+		return ErrNotReady
+	}
+}
+
+// OnDone registers f to run once the work completes (at once if it has).
+// f runs on the completing goroutine and must not block.
+func (w *Work) OnDone(f func()) {
+	w.mu.Lock()
+	if !w.fired {
+		w.hooks = append(w.hooks, f)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	f()
+}
+
+func (w *Work) finish(err error, source int) {
+	w.mu.Lock()
+	if w.fired {
+		w.mu.Unlock()
+		return
+	}
+	w.fired = true
+	w.err = err
+	w.source = source
+	hooks := w.hooks
+	w.hooks = nil
+	close(w.done)
+	w.mu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
+}
+
+// Completed returns a finished Work (used for operations with nothing to do).
+func completedWork(op string, seq uint64, err error) *Work {
+	w := newWork(op, seq)
+	w.finish(err, -1)
+	return w
+}
