@@ -1,0 +1,43 @@
+"""godist: a torch.distributed backend whose collectives run on the Go runtime.
+
+``import godist`` registers the backend ``"godist"``::
+
+    import torch.distributed as dist
+    import godist  # noqa: F401
+    dist.init_process_group("godist", ...)
+
+The Go library (libgodist.so) is loaded on first use, not at import.
+"""
+
+from __future__ import annotations
+
+import atexit
+
+import torch.distributed as dist
+
+from ._errors import (GodistClosedError, GodistError, GodistForkError, GodistInternalError,  # noqa: F401
+                      GodistInvalidError, GodistTimeoutError)
+from .process_group import GodistProcessGroup, close_all
+from .work import GodistWork  # noqa: F401
+
+__version__ = "0.1.0"
+BACKEND = "godist"
+
+
+def _create(dist_opts, pg_options=None):
+    """Backend creator (extended API): called by torch on member ranks."""
+    return GodistProcessGroup(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout,
+                              group_name=str(getattr(dist_opts, "group_id", "") or ""))
+
+
+def _register():
+    """Register the backend with torch (idempotent); also the entry point."""
+    if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}) or hasattr(dist.Backend, BACKEND.upper()):
+        return
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
+
+
+_register()
+atexit.register(close_all)
+
+__all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "BACKEND"]

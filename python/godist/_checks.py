@@ -1,0 +1,61 @@
+"""Input checks: every bad argument becomes a clear Python exception here,
+before anything reaches Go."""
+
+from __future__ import annotations
+
+import torch
+
+from ._types import DTYPE_CODES
+
+
+def tensor(op: str, name: str, t) -> torch.Tensor:
+    """Check one tensor argument: a dense CPU tensor."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"godist: {op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise ValueError(f"godist: {op}: {name} is a {t.layout} tensor; only dense (strided) tensors are supported")
+    if t.device.type != "cpu":
+        raise ValueError(f"godist: {op}: {name} is on device {t.device}; godist currently runs collectives on CPU "
+                         "tensors only (move it with .cpu() or use the nccl backend for GPU tensors)")
+    return t
+
+
+def tensor_list(op: str, name: str, ts, length: int | None = None) -> list:
+    if not isinstance(ts, (list, tuple)):
+        raise TypeError(f"godist: {op}: {name} must be a list of tensors, got {type(ts).__name__}")
+    if length is not None and len(ts) != length:
+        raise ValueError(f"godist: {op}: {name} must have {length} tensor(s), got {len(ts)}")
+    for i, t in enumerate(ts):
+        tensor(op, f"{name}[{i}]", t)
+    return list(ts)
+
+
+def single(op: str, name: str, ts) -> torch.Tensor:
+    """The one tensor of a one-element list (what c10d passes for one device)."""
+    return tensor_list(op, name, ts, 1)[0]
+
+
+def dtype_code(op: str, name: str, t: torch.Tensor) -> int:
+    code = DTYPE_CODES.get(t.dtype)
+    if code is None:
+        raise TypeError(f"godist: {op}: {name} has dtype {t.dtype}, which godist cannot reduce "
+                        f"(supported: {', '.join(str(d).replace('torch.', '') for d in DTYPE_CODES)})")
+    return code
+
+
+def same_kind(op: str, name: str, ts: list, like: torch.Tensor, numel: int | None = None) -> None:
+    """Every tensor of ts has like's dtype and, if given, numel elements."""
+    want = like.numel() if numel is None else numel
+    for i, t in enumerate(ts):
+        if t.dtype != like.dtype:
+            raise TypeError(f"godist: {op}: {name}[{i}] has dtype {t.dtype}, expected {like.dtype}")
+        if t.numel() != want:
+            raise ValueError(f"godist: {op}: {name}[{i}] has {t.numel()} elements, expected {want}")
+
+
+def rank(op: str, name: str, r, size: int, allow_self_rank: int | None = None) -> int:
+    if not isinstance(r, int) or isinstance(r, bool):
+        raise TypeError(f"godist: {op}: {name} must be an int, got {type(r).__name__}")
+    if r < 0 or r >= size:
+        raise ValueError(f"godist: {op}: {name} {r} is out of range for a group of size {size}")
+    return r

@@ -1,0 +1,171 @@
+"""Loads libgodist.so and declares every exported function.
+
+``_DECLS`` is the single table of C signatures (argtypes and restype). Each
+function whose last two parameters are the error buffer is wrapped so that
+callers do not pass it: ``lib.allreduce(...)`` calls ``godist_allreduce`` with
+a thread-local buffer and raises the exception from :mod:`godist._errors` on
+failure. The library is loaded lazily (first use), refuses to run in a
+forked child of the loading process, and checks the ABI version.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint64, c_void_p
+
+from . import _errors
+
+ABI_VERSION = 1
+ERRLEN = 4096
+
+
+class GodistBuf(ctypes.Structure):
+    """C struct godist_buf: a pointer and a length in bytes."""
+
+    _fields_ = [("data", c_void_p), ("nbytes", c_int64)]
+
+
+_BUF = POINTER(GodistBuf)
+_U64P = POINTER(c_uint64)
+_ERR = [c_char_p, c_int32]
+
+# name: (restype, argtypes). Functions ending in _ERR take the error buffer.
+_DECLS = {
+    "godist_abi_version": (c_int32, []),
+    "godist_live_handles": (c_int64, []),
+    # process groups
+    "godist_pg_create": (c_int, [c_int32, c_int32, c_char_p, c_int64, c_char_p, _U64P] + _ERR),
+    "godist_pg_record": (c_int, [c_uint64, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
+    "godist_pg_connect": (c_int, [c_uint64, _BUF, c_int32, c_int64] + _ERR),
+    "godist_pg_close": (c_int, [c_uint64] + _ERR),
+    "godist_pg_abort": (c_int, [c_uint64] + _ERR),
+    "godist_pg_seq": (c_int, [c_uint64, _U64P] + _ERR),
+    # collectives: ..., timeout_ms, notify, *work, err, errlen
+    "godist_allreduce": (c_int, [c_uint64, _BUF, c_int32, c_int32, c_double, c_int64, c_int32, _U64P] + _ERR),
+    "godist_broadcast": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int32, _U64P] + _ERR),
+    "godist_reduce": (c_int, [c_uint64, _BUF, c_int32, c_int32, c_int32, c_double, c_int64, c_int32, _U64P] + _ERR),
+    "godist_allgather": (c_int, [c_uint64, _BUF, _BUF, c_int32, c_int64, c_int32, _U64P] + _ERR),
+    "godist_gather": (c_int, [c_uint64, _BUF, _BUF, c_int32, c_int32, c_int64, c_int32, _U64P] + _ERR),
+    "godist_reduce_scatter": (c_int, [c_uint64, _BUF, c_int32, _BUF, c_int32, c_int32, c_double, c_int64, c_int32, _U64P] + _ERR),
+    "godist_scatter": (c_int, [c_uint64, _BUF, c_int32, _BUF, c_int32, c_int64, c_int32, _U64P] + _ERR),
+    "godist_alltoall": (c_int, [c_uint64, _BUF, c_int32, _BUF, c_int32, c_int64, c_int32, _U64P] + _ERR),
+    "godist_barrier": (c_int, [c_uint64, c_int64, c_int32, _U64P] + _ERR),
+    "godist_send": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int64, c_int32, _U64P] + _ERR),
+    "godist_recv": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int64, c_int32, _U64P] + _ERR),
+    # works
+    "godist_work_wait": (c_int, [c_uint64, c_int64, POINTER(c_int32)] + _ERR),
+    "godist_work_free": (c_int, [c_uint64]),
+    "godist_wait_any": (c_int, [c_int64, _U64P, c_int32, POINTER(c_int32)]),
+}
+
+_lock = threading.Lock()
+_lib = None
+_loaded_pid = None
+_forked = False
+_tls = threading.local()
+
+
+def _after_fork_in_child():
+    global _forked
+    if _lib is not None:
+        _forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def library_path() -> str:
+    """Where libgodist.so is loaded from (GODIST_LIBRARY overrides)."""
+    env = os.environ.get("GODIST_LIBRARY")
+    if env:
+        return env
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgodist.so")
+
+
+def _errbuf():
+    b = getattr(_tls, "errbuf", None)
+    if b is None:
+        b = _tls.errbuf = ctypes.create_string_buffer(ERRLEN)
+    return b
+
+
+class _Lib:
+    """Attribute access returns the wrapped function without the godist_ prefix."""
+
+    def __init__(self, cdll):
+        self._cdll = cdll
+        for name, (restype, argtypes) in _DECLS.items():
+            fn = getattr(cdll, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+            short = name[len("godist_"):]
+            if argtypes[-2:] == _ERR:
+                setattr(self, short, _wrap(fn))
+            else:
+                setattr(self, short, _guard(fn))
+
+
+def _guard(fn):
+    def call(*args):
+        if _forked:
+            raise _forked_error()
+        return fn(*args)
+
+    call.__name__ = fn.__name__
+    return call
+
+
+def _wrap(fn):
+    check = _errors.check
+
+    def call(*args):
+        if _forked:
+            raise _forked_error()
+        eb = _errbuf()
+        return check(fn(*args, eb, ERRLEN), eb)
+
+    call.__name__ = fn.__name__
+    return call
+
+
+def _forked_error():
+    return _errors.GodistForkError(
+        "godist: this process was forked from the process that loaded godist; the Go runtime "
+        "cannot run in a forked child. Use the 'spawn' or 'forkserver' start method "
+        "(e.g. DataLoader(multiprocessing_context='spawn')) for workers that use godist.",
+        _errors.FORKED,
+    )
+
+
+def load() -> _Lib:
+    """Load the library once (thread-safe) and return the wrapped table."""
+    global _lib, _loaded_pid
+    if _forked:
+        raise _forked_error()
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            path = library_path()
+            if not os.path.exists(path):
+                raise ImportError(
+                    f"godist: {path} not found; build it with `make lib` or reinstall with `pip install .` "
+                    "(needs a Go toolchain)")
+            cdll = ctypes.CDLL(path)
+            ver = cdll.godist_abi_version()
+            if ver != ABI_VERSION:
+                raise ImportError(f"godist: {path} has ABI version {ver}, this package needs {ABI_VERSION}; rebuild it")
+            _lib = _Lib(cdll)
+            _loaded_pid = os.getpid()
+    return _lib
+
+
+def bufs(pairs):
+    """Build a C array of godist_buf from (pointer, nbytes) pairs."""
+    arr = (GodistBuf * max(1, len(pairs)))()
+    for i, (p, n) in enumerate(pairs):
+        arr[i].data = p
+        arr[i].nbytes = n
+    return arr

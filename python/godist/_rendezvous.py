@@ -1,0 +1,51 @@
+"""Rendezvous through the c10d store that torch hands the backend.
+
+Each rank publishes its PeerRecord (built by Go: addresses, port, host
+identity) under ``godist/<generation>/<rank>`` and reads everyone's. The
+generation comes from a shared counter, so a store reused across
+init/destroy cycles never serves stale records. The store torch passes is
+already prefixed with the group's name, so subgroups do not collide.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+
+import torch.distributed as dist
+
+from . import _lib
+
+
+def exchange(store, rank: int, size: int, handle: int, timeout: datetime.timedelta, group: str) -> None:
+    lib = _lib.load()
+    gen = (store.add("godist/generation", 1) - 1) // size
+    need = ctypes.c_int64(0)
+    buf = ctypes.create_string_buffer(4096)
+    try:
+        lib.pg_record(handle, buf, len(buf), ctypes.byref(need))
+    except ValueError:
+        buf = ctypes.create_string_buffer(need.value)
+        lib.pg_record(handle, buf, len(buf), ctypes.byref(need))
+    record = buf.raw[: need.value]
+    keys = [f"godist/{gen}/{r}" for r in range(size)]
+    store.set(keys[rank], record)
+    try:
+        store.wait(keys, timeout)
+    except Exception as e:
+        missing = [r for r, k in enumerate(keys) if not _has(store, k)]
+        raise dist.DistBackendError(
+            f"godist: rendezvous of group {group!r} (rank {rank} of {size}) timed out after {timeout}: "
+            f"rank(s) {missing} never published their address. Did every rank call init_process_group/new_group "
+            f"with the same arguments? ({e})") from e
+    records = [store.get(k) for k in keys]
+    arr = _lib.bufs([(ctypes.cast(ctypes.c_char_p(r), ctypes.c_void_p).value, len(r)) for r in records])
+    lib.pg_connect(handle, arr, size, int(timeout.total_seconds() * 1000))
+    del records
+
+
+def _has(store, key) -> bool:
+    try:
+        return store.check([key])
+    except Exception:
+        return False

@@ -1,0 +1,247 @@
+"""Work objects and the completion thread.
+
+An asynchronous op is handed to Go with ``notify=1``; Go pushes its handle to
+a completion queue when it finishes. One daemon thread per process blocks in
+``godist_wait_any`` (the GIL is released while it waits), collects the
+outcome, runs the op's finaliser (copy-backs for non-contiguous outputs) and
+completes the :class:`GodistWork` (its event and its torch future).
+Synchronous ops (``async_op=False``) are waited for on the calling thread
+and return an already completed Work.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import _errors, _lib
+
+_WAIT_SLICE_MS = 100
+
+
+class GodistWork(dist._Work):
+    """The Work returned by every godist operation."""
+
+    def __init__(self, op: str, outputs):
+        super().__init__()
+        self._op = op
+        self._outputs = outputs
+        self._event = threading.Event()
+        self._exc = None
+        self._source = -1
+        self._fut = torch.futures.Future()
+
+    # completion (called once, by the completion thread or the caller)
+    def _finish(self, exc=None, source=-1):
+        self._exc = exc
+        self._source = source
+        self._event.set()
+        if exc is None:
+            self._fut.set_result(self._outputs)
+        else:
+            self._fut.set_exception(exc)
+
+    def is_completed(self) -> bool:
+        return self._event.is_set()
+
+    def is_success(self) -> bool:
+        return self._event.is_set() and self._exc is None
+
+    def exception(self):
+        return self._exc
+
+    def wait(self, timeout=None) -> bool:
+        """Wait for completion and raise the op's error, if any. A timeout
+        (timedelta or seconds; 0 or None means none) that passes first raises
+        GodistTimeoutError."""
+        secs = None
+        if isinstance(timeout, datetime.timedelta):
+            secs = timeout.total_seconds()
+        elif timeout is not None:
+            secs = float(timeout)
+        if secs is not None and secs <= 0:
+            secs = None
+        deadline = None if secs is None else time.monotonic() + secs
+        while not self._event.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _errors.GodistTimeoutError(
+                    f"godist: {self._op}: Work.wait timed out after {secs:g}s (the op is still pending)",
+                    _errors.TIMEOUT)
+        if self._exc is not None:
+            raise self._exc
+        return True
+
+    def get_future(self):
+        return self._fut
+
+    def result(self):
+        self.wait()
+        return self._outputs
+
+    def synchronize(self):
+        self.wait()
+
+    def _source_rank(self) -> int:
+        self.wait()
+        return self._source
+
+    source_rank = _source_rank
+
+    def block_current_stream(self):
+        self.wait()
+
+
+class _Pending:
+    """One Go work handle an op is waiting for."""
+
+    __slots__ = ("group", "handle")
+
+    def __init__(self, group, handle):
+        self.group = group
+        self.handle = handle
+
+
+class _Group:
+    """An op made of one or more Go works; it completes when all have."""
+
+    __slots__ = ("work", "left", "exc", "source", "finalize", "keep")
+
+    def __init__(self, work, n, finalize, keep):
+        self.work, self.left, self.exc, self.source = work, n, None, -1
+        self.finalize, self.keep = finalize, keep
+
+
+def _outcome(lib, handle):
+    src = ctypes.c_int32(-1)
+    try:
+        lib.work_wait(handle, 0, ctypes.byref(src))
+        return None, src.value
+    except Exception as e:  # the op's own error
+        return e, -1
+    finally:
+        lib.work_free(handle)
+
+
+def _complete_group(g: _Group):
+    exc = g.exc
+    if exc is None and g.finalize is not None:
+        try:
+            g.finalize()
+        except Exception as e:  # pragma: no cover - finalisers are copies
+            exc = e
+    g.keep = None
+    g.work._finish(exc, g.source)
+
+
+class _Completer:
+    """The per-process completion thread."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pending = {}
+        self._early = {}
+        self._thread = None
+
+    def add(self, group: _Group, handles):
+        lib = _lib.load()
+        ready = []
+        with self._lock:
+            for h in handles:
+                if h in self._early:
+                    ready.append(self._early.pop(h))
+                else:
+                    self._pending[h] = _Pending(group, h)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="godist-completion", daemon=True)
+                self._thread.start()
+        for h in ready:
+            self._settle(lib, group, h)
+
+    def _settle(self, lib, group, h):
+        exc, src = _outcome(lib, h)
+        with self._lock:
+            if exc is not None and group.exc is None:
+                group.exc = exc
+            if src >= 0:
+                group.source = src
+            group.left -= 1
+            done = group.left == 0
+        if done:
+            _complete_group(group)
+
+    def _loop(self):
+        lib = _lib.load()
+        cap = 64
+        out = (ctypes.c_uint64 * cap)()
+        n = ctypes.c_int32()
+        while True:
+            try:
+                lib.wait_any(_WAIT_SLICE_MS, out, cap, ctypes.byref(n))
+            except _errors.GodistForkError:
+                return
+            for i in range(n.value):
+                h = out[i]
+                with self._lock:
+                    p = self._pending.pop(h, None)
+                    if p is None:
+                        self._early[h] = True
+                        continue
+                self._settle(lib, p.group, h)
+
+
+completer = _Completer()
+
+
+def submit(op: str, outputs, calls, finalize=None, keep=None, async_op=True) -> GodistWork:
+    """Run one op made of Go calls. ``calls`` is a list of functions, each
+    taking (notify, work_ptr) and calling one exported function. Returns a
+    GodistWork, completed already when async_op is False."""
+    lib = _lib.load()
+    work = GodistWork(op, outputs)
+    handles = []
+    notify = 1 if async_op else 0
+    try:
+        for call in calls:
+            h = ctypes.c_uint64()
+            call(notify, ctypes.byref(h))
+            handles.append(h.value)
+    except Exception:
+        # Already submitted parts still run; wait for them so no Go op writes
+        # into memory Python may free, then re-raise.
+        for h in handles:
+            _wait_handle(lib, h)
+        raise
+    group = _Group(work, len(handles), finalize, keep)
+    if not handles:
+        _complete_group(group)
+        return work
+    if async_op:
+        completer.add(group, handles)
+        return work
+    for h in handles:
+        exc, src = _wait_handle(lib, h)
+        if exc is not None and group.exc is None:
+            group.exc = exc
+        if src >= 0:
+            group.source = src
+    _complete_group(group)
+    if group.exc is not None:
+        raise group.exc
+    return work
+
+
+def _wait_handle(lib, h):
+    src = ctypes.c_int32(-1)
+    try:
+        while lib.work_wait(h, _WAIT_SLICE_MS, ctypes.byref(src)) == _errors.NOT_READY:
+            pass
+        return None, src.value
+    except Exception as e:
+        return e, -1
+    finally:
+        lib.work_free(h)
