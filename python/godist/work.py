@@ -40,11 +40,13 @@ class GodistWork(dist._Work):
     def _finish(self, exc=None, source=-1):
         self._exc = exc
         self._source = source
-        self._event.set()
+        # Complete the future before the event: a waiter woken by the event
+        # may read the future's value at once.
         if exc is None:
             self._fut.set_result(self._outputs)
         else:
             self._fut.set_exception(exc)
+        self._event.set()
 
     def is_completed(self) -> bool:
         return self._event.is_set()
