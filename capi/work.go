@@ -41,9 +41,10 @@ func godist_work_wait(h C.uint64_t, timeoutMs C.int64_t, source *C.int32_t, errb
 //export godist_work_free
 func godist_work_free(h C.uint64_t) (rc C.int) {
 	defer recoverTo(&rc, nil, 0)
-	if !handles.drop(uint64(h)) {
+	if _, err := lookup[*libgodist.Work](uint64(h)); err != nil {
 		return statusInvalid
 	}
+	handles.drop(uint64(h))
 	return statusOK
 }
 

@@ -155,7 +155,8 @@ class _Completer:
         with self._lock:
             for h in handles:
                 if h in self._early:
-                    ready.append(self._early.pop(h))
+                    self._early.pop(h)
+                    ready.append(h)
                 else:
                     self._pending[h] = _Pending(group, h)
             if self._thread is None or not self._thread.is_alive():

@@ -1,0 +1,53 @@
+# godist: `make demo` and `make test` set everything up themselves (virtual
+# environment, torch from PyPI, Go modules, the package) and are safe to run
+# again.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+export GOTOOLCHAIN := local
+STAMP := $(VENV)/.deps-stamp
+GOFILES = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')
+
+.PHONY: all venv deps lib install demo test test-go test-py lint bench clean
+
+all: install
+
+$(STAMP): requirements-dev.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -r requirements-dev.txt
+	@touch $@
+
+venv: $(STAMP)
+
+deps:
+	$(GO) mod download
+
+lib: deps
+	$(GO) build -buildmode=c-shared -o python/godist/libgodist.so ./capi
+
+install: $(STAMP) deps
+	$(PY) -m pip install --no-build-isolation --no-deps -e .
+
+demo: install
+	$(PY) examples/ddp_demo.py
+
+lint: deps
+	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+test-go: lint
+	$(GO) test -race -count=1 ./...
+
+test-py: install
+	$(PY) -m pytest python/tests
+
+test: test-go test-py
+
+bench: install
+	$(PY) -m godist.bench
+
+clean:
+	rm -rf build dist python/*.egg-info python/godist/libgodist.so python/godist/libgodist.h

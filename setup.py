@@ -1,0 +1,65 @@
+"""Builds the Go library (libgodist.so) into the package at install time.
+
+``pip install .`` and ``pip install -e .`` both run ``go build
+-buildmode=c-shared ./capi``; only a Go toolchain is needed.
+"""
+
+import os
+import shutil
+import subprocess
+
+from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def find_go() -> str:
+    go = os.environ.get("GO") or shutil.which("go")
+    if not go and os.path.exists("/usr/local/go/bin/go"):
+        go = "/usr/local/go/bin/go"
+    if not go:
+        raise RuntimeError("godist needs a Go toolchain (1.26+) to build libgodist.so: install Go and retry")
+    return go
+
+
+def build_library(dest_dir: str) -> None:
+    os.makedirs(dest_dir, exist_ok=True)
+    out = os.path.join(dest_dir, "libgodist.so")
+    env = dict(os.environ, CGO_ENABLED="1")
+    subprocess.check_call([find_go(), "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./capi"], cwd=ROOT, env=env)
+
+
+class BuildPy(build_py):
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            build_library(os.path.join(ROOT, "python", "godist"))
+        else:
+            build_library(os.path.join(self.build_lib, "godist"))
+
+
+class BinaryDistribution(Distribution):
+    """The wheel carries a native library: never tag it pure-Python."""
+
+    def has_ext_modules(self):
+        return True
+
+
+setup(
+    name="godist",
+    version="0.1.0",
+    description="A torch.distributed backend whose collectives run on the Go runtime",
+    long_description=open(os.path.join(ROOT, "README.md")).read() if os.path.exists(os.path.join(ROOT, "README.md")) else "",
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    package_dir={"": "python"},
+    packages=["godist"],
+    package_data={"godist": ["libgodist.so", "libgodist.h"]},
+    install_requires=["torch>=2.11"],
+    entry_points={"torch.distributed.backends": ["godist = godist:_register"]},
+    cmdclass={"build_py": BuildPy},
+    distclass=BinaryDistribution,
+    zip_safe=False,
+)
