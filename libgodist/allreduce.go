@@ -1,6 +1,10 @@
 package libgodist
 
-import "github.com/godist/godist/libgodist/reduce"
+import (
+	"strings"
+
+	"github.com/godist/godist/libgodist/reduce"
+)
 
 // reduceSpec is what a reducing collective needs to know about its data.
 type reduceSpec struct {
@@ -14,7 +18,7 @@ func (s reduceSpec) check() error {
 		return invalidf("unknown dtype code %d", s.dt)
 	}
 	if err := reduce.Check(s.op, s.dt); err != nil {
-		return invalidf("%v", err)
+		return invalidf("%v", strings.TrimPrefix(err.Error(), "reduce: "))
 	}
 	return nil
 }

@@ -21,8 +21,14 @@ var (
 	ErrClosed = errors.New("process group is closed")
 )
 
+// invalidError is a bad-argument error; it matches ErrInvalid.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return "godist: " + e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
 }
 
 // OpError describes the failure of one operation of a process group.

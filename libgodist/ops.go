@@ -2,7 +2,7 @@ package libgodist
 
 import (
 	"context"
-	"fmt"
+	"strings"
 	"time"
 
 	"github.com/godist/godist/libgodist/reduce"
@@ -25,7 +25,7 @@ type ReduceArgs struct {
 func (a ReduceArgs) spec(op string, bufs ...[]byte) (reduceSpec, error) {
 	s := reduceSpec{dt: a.DType, op: a.Op, factor: a.Factor}
 	if err := s.check(); err != nil {
-		return s, fmt.Errorf("%s: %w", op, err)
+		return s, invalidf("%s: %s", op, strings.TrimPrefix(err.Error(), "godist: "))
 	}
 	for _, b := range bufs {
 		if len(b)%a.DType.Size() != 0 {

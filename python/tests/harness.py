@@ -1,0 +1,103 @@
+"""Runs a function on N real processes and collects every rank's result.
+
+``run_world(fn, n, *args)`` spawns n processes (start method "spawn"), calls
+``fn(rank, n, init_file, *args)`` in each, and returns the list of return
+values by rank. Any exception on any rank fails the call with every rank's
+traceback; a rank that does not finish within ``timeout`` seconds is killed
+and fails it too, so a hang never outlives its test.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import tempfile
+import time
+import traceback
+
+_ctx = mp.get_context("spawn")
+
+
+def _child(fn, rank, n, init_file, args, q, env):
+    os.environ.update(env)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        result = fn(rank, n, init_file, *args)
+        q.put((rank, "ok", result))
+    except BaseException:  # noqa: BLE001 - report everything to the parent
+        q.put((rank, "error", traceback.format_exc()))
+    finally:
+        try:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+class WorldError(AssertionError):
+    pass
+
+
+def run_world(fn, n: int, *args, timeout: float = 240, env: dict | None = None, expect_exit: dict | None = None):
+    """Run fn on n ranks; return results by rank. ``expect_exit`` maps ranks
+    that are expected to die (e.g. SIGKILL) to None so they are not waited for."""
+    expect_exit = expect_exit or {}
+    with tempfile.TemporaryDirectory() as d:
+        init_file = os.path.join(d, "store")
+        q = _ctx.Queue()
+        procs = [_ctx.Process(target=_child, args=(fn, r, n, init_file, args, q, env or {}), daemon=True) for r in range(n)]
+        for p in procs:
+            p.start()
+        results, errors = {}, {}
+        deadline = time.monotonic() + timeout
+        want = set(range(n)) - set(expect_exit)
+        while want - set(results) - set(errors):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                rank, status, value = q.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                if all(not p.is_alive() for r, p in enumerate(procs) if r in want - set(results) - set(errors)):
+                    # Give the queue a moment to flush, then stop waiting.
+                    try:
+                        rank, status, value = q.get(timeout=2)
+                    except queue.Empty:
+                        break
+                else:
+                    continue
+            (results if status == "ok" else errors)[rank] = value
+        missing = sorted(want - set(results) - set(errors))
+        for p in procs:
+            p.join(timeout=10 if not missing else 0.1)
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        if errors or missing:
+            parts = [f"--- rank {r} ---\n{tb}" for r, tb in sorted(errors.items())]
+            if missing:
+                codes = {r: procs[r].exitcode for r in missing}
+                parts.append(f"ranks {missing} did not report within {timeout}s (exit codes {codes})")
+            raise WorldError("\n".join(parts))
+        return [results.get(r) for r in range(n)]
+
+
+def init(rank, n, init_file, backend="godist", timeout_s: float = 60, gloo_group: bool = True):
+    """Init the default group on `backend` through a FileStore; also return a
+    gloo group over the same ranks (the oracle)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    import godist  # noqa: F401
+
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=n,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    return dist.new_group(backend="gloo") if gloo_group else None
