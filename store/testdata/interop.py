@@ -1,0 +1,159 @@
+"""Interop peer for godist's Go stores (store/interop_test.go).
+
+Acts as a torch TCPStore client, a torch TCPStore server or a torch FileStore
+user, runs a fixed sequence of operations against the Go peer, and prints one
+JSON object with what it observed as its last line of output.
+
+    python interop.py tcp-client HOST:PORT
+        torch client (world_size=2, so it registers under "init/") against a
+        Go server whose master waits for 2 workers.
+    python interop.py tcp-server [libuv|classic]
+        torch master (world_size=2, wait_for_workers=True) on an ephemeral
+        port, printed first as "PORT <n>"; a Go client must register.
+    python interop.py file PATH first|last
+        torch FileStore(PATH, world_size=2) shared with a Go FileStore;
+        "first": this process closes before the Go peer, "last": after it.
+
+Keys written by this script start with "py/", keys it expects from the Go
+peer with "go/". Every wait is bounded by TIMEOUT.
+"""
+
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+
+import torch.distributed as dist
+
+TIMEOUT = datetime.timedelta(seconds=30)
+
+
+def err_name(fn):
+    """Runs fn and returns the exception's class name and message (or "no error")."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - we report whatever torch raises
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
+def tcp_client(addr):
+    host, port = addr.rsplit(":", 1)
+    s = dist.TCPStore(host, int(port), world_size=2, is_master=False, timeout=TIMEOUT)
+    r = {}
+    s.set("py/a", "1")
+    r["get"] = s.get("py/a").decode()
+    s.add("py/ctr", 5)
+    r["add"] = s.add("py/ctr", 6)
+    s.set("py/num", "12abc")
+    r["add_stoll"] = s.add("py/num", 1)
+    r["cs_missing_wrong"] = s.compare_set("py/cs", "wrong", "new").decode()
+    r["cs_missing_empty"] = s.compare_set("py/cs", "", "first").decode()
+    r["cs_match"] = s.compare_set("py/cs", "first", "second").decode()
+    r["cs_mismatch"] = s.compare_set("py/cs", "first", "third").decode()
+    r["check_true"] = s.check(["py/a", "py/ctr"])
+    r["check_false"] = s.check(["py/a", "py/nope"])
+    r["wait_timeout"] = err_name(lambda: s.wait(["nonexistent key"], datetime.timedelta(milliseconds=100)))
+    r["after_timeout"] = s.get("py/a").decode()
+    s.append("py/app", "po")
+    s.append("py/app", "tato")
+    r["append"] = s.get("py/app").decode()
+    s.multi_set(["py/m1", "py/m2"], ["x", "y"])
+    r["multi_get"] = [v.decode() for v in s.multi_get(["py/m1", "py/m2"])]
+    r["delete"] = s.delete_key("py/m2")
+    r["delete_again"] = s.delete_key("py/m2")
+    s.queue_push("py/q", "1")
+    s.queue_push("py/q", "2")
+    r["queue_len"] = s.queue_len("py/q")
+    r["queue_check"] = s.check(["py/q"])
+    r["queue_pop"] = [s.queue_pop("py/q").decode(), s.queue_pop("py/q", block=False).decode()]
+    r["queue_empty"] = err_name(lambda: s.queue_pop("py/q", block=False))
+    r["barrier"] = err_name(lambda: s.barrier("py/bar", 1))
+    r["from_go"] = s.get("go/hello").decode()  # set by the Go side before starting us
+    s.set("py/waiting", "1")
+    r["go_later"] = s.get("go/later").decode()  # set by the Go side once it sees py/waiting
+    r["num_keys"] = s.num_keys()
+    r["list_keys"] = sorted(k for k in s.list_keys() if k.startswith("py/"))
+    c = s.clone()
+    c.set("py/bad", "abc")
+    r["bad_add"] = err_name(lambda: c.add("py/bad", 1))
+    r["alive_after_bad_add"] = s.get("py/a").decode()
+    s.set("py/done", "1")
+    print(json.dumps(r), flush=True)
+
+
+def tcp_server(backend):
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    print(f"PORT {port}", flush=True)
+    s = dist.TCPStore(
+        "127.0.0.1", port, world_size=2, is_master=True, timeout=TIMEOUT,
+        wait_for_workers=True, master_listen_fd=sock.detach(), use_libuv=(backend == "libuv"),
+    )
+    # The constructor returned: the Go client registered under "init/".
+    s.set("py/hello", "hi")
+    r = {"libuv": s.libuvBackend}
+    s.wait(["go/done"])
+    r["go_set"] = s.get("go/set").decode()
+    r["go_ctr"] = s.get("go/ctr").decode()
+    r["go_append"] = s.get("go/app").decode()
+    r["go_multi"] = [v.decode() for v in s.multi_get(["go/m1", "go/m2"])]
+    r["go_deleted"] = s.check(["go/del"])
+    r["go_binary"] = list(s.get("go/bin"))
+    r["list_keys"] = sorted(k for k in s.list_keys() if k.startswith("go/"))
+    if backend == "libuv":
+        r["go_queue_len"] = s.queue_len("go/q")
+        r["go_queue_pop"] = s.queue_pop("go/q", block=False).decode()
+    s.set("py/done", "1")
+    s.wait(["go/bye"])  # keep serving until the Go side has checked py/*
+    print(json.dumps(r), flush=True)
+
+
+def file_store(path, order):
+    s = dist.FileStore(path, 2)
+    s.set_timeout(TIMEOUT)
+    r = {}
+    s.set("py/a", "1")
+    s.add("py/ctr", 5)
+    s.wait(["go/done"])
+    r["go_set"] = s.get("go/set").decode()
+    r["go_ctr"] = s.get("go/ctr").decode()
+    r["go_append"] = s.get("go/app").decode()
+    r["go_multi"] = [s.get("go/m1").decode(), s.get("go/m2").decode()]
+    r["go_deleted"] = s.check(["go/del"])
+    r["py_ctr_after_go"] = s.add("py/ctr", 0)
+    r["num_keys"] = s.num_keys()
+    r["list_keys"] = sorted(s.list_keys())
+    s.set("py/done", "1")
+    if order == "last":
+        # Wait until the Go peer closed: its Close writes "cleanup/", which
+        # list_keys shows as "leanup/".
+        deadline = time.monotonic() + TIMEOUT.total_seconds()
+        while "leanup/" not in s.list_keys():
+            if time.monotonic() > deadline:
+                raise TimeoutError("Go peer did not close")
+            time.sleep(0.01)
+    del s  # the destructor does the refcount/cleanup bookkeeping
+    r["file_exists_after_close"] = os.path.exists(path)
+    print(json.dumps(r), flush=True)
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "tcp-client":
+        tcp_client(sys.argv[2])
+    elif mode == "tcp-server":
+        tcp_server(sys.argv[2] if len(sys.argv) > 2 else "libuv")
+    elif mode == "file":
+        file_store(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main()
