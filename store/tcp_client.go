@@ -156,10 +156,10 @@ func (t *TCPStore) waitForWorkers(ctx context.Context) error {
 		}
 		if err := d.sleep(ctx, nil, 10*time.Millisecond, t.closed); err != nil {
 			if err == errWaitDeadline {
-				return &TimeoutError{Op: "wait for workers", After: d.after,
+				return &TimeoutError{Op: "wait_for_workers", After: d.after,
 					Detail: fmt.Sprintf("%d/%d clients joined", n, t.opts.WorldSize)}
 			}
-			return t.opErr("wait for workers", nil, err)
+			return t.opErr("wait_for_workers", nil, err)
 		}
 	}
 }
@@ -435,6 +435,9 @@ func (t *TCPStore) session(ctx context.Context, op string, keys []string, f func
 		return t.opErr(op, keys, err)
 	}
 	t.dropConn()
+	if errors.Is(err, ErrProtocol) {
+		return t.opErr(op, keys, err)
+	}
 	if ctx.Err() != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return d.timeout(op, keys)
@@ -443,9 +446,6 @@ func (t *TCPStore) session(ctx context.Context, op string, keys []string, f func
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return d.timeout(op, keys)
-	}
-	if errors.Is(err, ErrProtocol) {
-		return t.opErr(op, keys, err)
 	}
 	return t.opErr(op, keys, fmt.Errorf("%w: %w", ErrConnLost, err))
 }

@@ -132,7 +132,7 @@ func (d *decoder) fixed(n int) ([]byte, error) {
 
 // truncated maps an EOF in the middle of a message to errTruncated.
 func (d *decoder) truncated(err error) error {
-	if !d.rawEOF && errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+	if !d.rawEOF && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
 		return errTruncated
 	}
 	return err
