@@ -53,7 +53,7 @@ func (e *OpError) Error() string {
 	case e.Timeout():
 		fmt.Fprintf(&b, " timed out after %v", e.After)
 	case e.Peer >= 0:
-		fmt.Fprintf(&b, " failed at rank %d", e.Peer)
+		fmt.Fprintf(&b, " failed with rank %d", e.Peer)
 	default:
 		b.WriteString(" failed")
 	}

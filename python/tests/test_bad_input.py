@@ -1,0 +1,96 @@
+"""Bad input raises a clear Python exception (never a crash or a hang), and
+the group stays usable afterwards."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness import init, run_world
+
+
+def _cases(rank, n, pg):
+    """(name, callable, expected exception types, substring of the message)."""
+    f = torch.ones(4)
+    opts = dist.AllreduceOptions()
+    bopts = dist.BroadcastOptions()
+    bopts.rootRank = n + 3
+    band = dist.AllreduceOptions()
+    band.reduceOp = dist.ReduceOp.BAND
+    cases = [
+        ("all_gather wrong list length", lambda: dist.all_gather([torch.zeros(4)] * (n + 1), f), (ValueError,), "must have"),
+        ("all_gather dtype mismatch", lambda: dist.all_gather([torch.zeros(4, dtype=torch.int32)] * n, f), (TypeError, ValueError), "dtype"),
+        ("all_gather size mismatch", lambda: dist.all_gather([torch.zeros(5)] * n, f), (ValueError,), "elements"),
+        ("all_gather_into_tensor wrong size", lambda: dist.all_gather_into_tensor(torch.zeros(4 * n + 1), f), (ValueError,), "elements"),
+        ("reduce_scatter_tensor wrong size", lambda: dist.reduce_scatter_tensor(torch.zeros(4), torch.zeros(4 * n + 2)), (ValueError,), "elements"),
+        ("reduce_scatter_tensor dtype mismatch", lambda: dist.reduce_scatter_tensor(torch.zeros(4, dtype=torch.float64), torch.zeros(4 * n)), (TypeError, ValueError), "dtype"),
+        ("broadcast root out of range", lambda: pg.broadcast([f], bopts), (ValueError,), "out of range"),
+        ("send to out-of-range rank", lambda: pg.send([f], n + 1, 0), (ValueError,), "out of range"),
+        ("recv from negative rank", lambda: pg.recv([f], -2, 0), (ValueError,), "out of range"),
+        ("meta tensor", lambda: pg.allreduce([torch.ones(4, device="meta")], opts), (ValueError,), "device meta"),
+        ("sparse tensor", lambda: pg.allreduce([torch.ones(4).to_sparse()], opts), (ValueError,), "sparse"),
+        ("not a tensor", lambda: pg.allreduce([[1, 2, 3]], opts), (TypeError,), "torch.Tensor"),
+        ("two tensors in allreduce", lambda: pg.allreduce([f, f.clone()], opts), (ValueError,), "1 tensor"),
+        ("BAND on float", lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND), (ValueError,), "BAND is not defined for float32"),
+        ("BAND on float (direct)", lambda: pg.allreduce([torch.ones(4)], band), (ValueError,), "BAND"),
+        ("PREMUL_SUM on int", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0)), (ValueError,), "PREMUL_SUM is not defined for int32"),
+        ("AVG on bool", lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool), op=dist.ReduceOp.AVG), (ValueError,), "AVG is not defined for bool"),
+        ("MAX on complex", lambda: dist.all_reduce(torch.ones(4, dtype=torch.complex64), op=dist.ReduceOp.MAX), (ValueError, RuntimeError), "complex"),
+        ("unsupported dtype for reduction", lambda: dist.all_reduce(torch.ones(4, dtype=torch.uint16)), (TypeError,), "uint16"),
+        ("all_to_all_single bad splits", lambda: dist.all_to_all_single(torch.zeros(4 * n), torch.zeros(4 * n), [1] * n, [2] * n), (ValueError,), "split"),
+    ]
+    if n > 1:
+        cases.append(("all_to_all_single indivisible",
+                      lambda: dist.all_to_all_single(torch.zeros(4 * n + 1), torch.zeros(4 * n + 1)), (ValueError,), "divisible"))
+    return cases
+
+
+def bad_input_worker(rank, n, init_file):
+    init(rank, n, init_file, gloo_group=False)
+    pg = dist.group.WORLD
+    problems = []
+    for name, fn, types, text in _cases(rank, n, pg):
+        try:
+            fn()
+            problems.append(f"{name}: no exception")
+        except types as e:
+            if text not in str(e):
+                problems.append(f"{name}: message {str(e)!r} lacks {text!r}")
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"{name}: wrong exception {type(e).__name__}: {e}")
+    # Non-contiguous tensors work and leave the rest of the storage alone.
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4) + rank
+    view = base[:, ::2]
+    dist.all_reduce(view)
+    want_view = (torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, ::2]) * n + sum(range(n))
+    if not torch.equal(view, want_view):
+        problems.append(f"non-contiguous all_reduce: {view.tolist()} != {want_view.tolist()}")
+    if not torch.equal(base[:, 1::2], torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, 1::2] + rank):
+        problems.append("non-contiguous all_reduce touched elements outside the view")
+    outs = [torch.zeros(4, 2)[:, 0] for _ in range(n)]
+    dist.all_gather(outs, torch.full((4,), float(rank)))
+    if any(not torch.equal(o, torch.full((4,), float(r))) for r, o in enumerate(outs)):
+        problems.append("non-contiguous all_gather outputs wrong")
+    # The group is still usable.
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    if not torch.equal(t, torch.full((3,), float(n))):
+        problems.append("group unusable after bad input")
+    # After shutdown, calls fail clearly.
+    dist.barrier()
+    pg.shutdown()
+    try:
+        pg.allreduce([torch.ones(2)], dist.AllreduceOptions())
+        problems.append("allreduce after shutdown: no exception")
+    except dist.DistBackendError as e:
+        if "closed" not in str(e) and "invalid or stale handle" not in str(e):
+            problems.append(f"allreduce after shutdown: unclear {e}")
+    return problems
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_bad_input_raises_clearly(n):
+    results = run_world(bad_input_worker, n, timeout=120)
+    problems = [f"rank {r}: {p}" for r, ps in enumerate(results) for p in ps]
+    assert not problems, "\n".join(problems)

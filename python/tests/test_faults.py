@@ -1,0 +1,136 @@
+"""Faults: a rank that never joins a collective, a rank killed with SIGKILL,
+a rank that leaves the group. The others must get an error naming the op,
+the group and the rank at fault, within the group's timeout, never a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness import init, run_world
+
+TIMEOUT_S = 4
+
+
+def skip_worker(rank, n, init_file, op):
+    init(rank, n, init_file, timeout_s=TIMEOUT_S, gloo_group=False)
+    dist.barrier()
+    missing = n - 1
+    if rank == missing:
+        time.sleep(TIMEOUT_S + 3)  # never joins; stays alive
+        return None
+    t = torch.ones(8)
+    start = time.monotonic()
+    try:
+        if op == "all_reduce":
+            dist.all_reduce(t)
+        elif op == "broadcast":
+            dist.broadcast(t, src=missing)  # the others depend on the missing root
+        elif op == "all_gather":
+            dist.all_gather([torch.zeros(8) for _ in range(n)], t)
+        elif op == "barrier":
+            dist.barrier()
+        elif op == "reduce_scatter":
+            dist.reduce_scatter_tensor(torch.zeros(8), torch.ones(8 * n))
+    except Exception as e:  # noqa: BLE001
+        return {"type": type(e).__name__, "msg": str(e), "elapsed": time.monotonic() - start,
+                "is_dist_error": isinstance(e, dist.DistBackendError),
+                "missing": getattr(e, "missing_ranks", None)}
+    return {"type": None, "elapsed": time.monotonic() - start}
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "broadcast", "all_gather", "barrier", "reduce_scatter"])
+def test_rank_that_never_joins_is_named(op):
+    n = 3
+    results = run_world(skip_worker, n, op, timeout=120)
+    for rank, r in enumerate(results[:-1]):
+        assert r["type"] is not None, f"rank {rank}: {op} did not fail"
+        assert r["is_dist_error"], r
+        assert "timed out" in r["msg"], r["msg"]
+        assert f"group" in r["msg"] and "seq" in r["msg"], r["msg"]
+        assert r["missing"] == [n - 1], r["msg"]
+        assert r["elapsed"] < TIMEOUT_S + 5, r
+
+
+def kill_worker(rank, n, init_file):
+    init(rank, n, init_file, timeout_s=120, gloo_group=False)
+    t = torch.ones(1 << 16)
+    dist.all_reduce(t)
+    dist.barrier()
+    if rank == n - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        for _ in range(5):
+            dist.all_reduce(t)
+    except Exception as e:  # noqa: BLE001
+        return {"msg": str(e), "elapsed": time.monotonic() - start, "is_dist_error": isinstance(e, dist.DistBackendError)}
+    return {"msg": None, "elapsed": time.monotonic() - start}
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_killed_peer_fails_others_quickly(n):
+    results = run_world(kill_worker, n, timeout=120, expect_exit={n - 1: None})
+    for rank, r in enumerate(results[:-1]):
+        assert r["msg"] is not None, f"rank {rank}: all_reduce succeeded with a dead peer"
+        assert r["is_dist_error"], r
+        assert f"rank {n - 1}" in r["msg"], r["msg"]
+        assert "connection lost" in r["msg"], r["msg"]
+        assert r["elapsed"] < 10, r
+
+
+def broken_after_timeout_worker(rank, n, init_file):
+    init(rank, n, init_file, timeout_s=2, gloo_group=False)
+    errs = []
+    if rank == 0:
+        try:
+            dist.all_reduce(torch.ones(4))
+        except Exception as e:  # noqa: BLE001
+            errs.append(str(e))
+        try:
+            dist.all_reduce(torch.ones(4))
+        except Exception as e:  # noqa: BLE001
+            errs.append(str(e))
+    else:
+        time.sleep(3)
+    return errs
+
+
+def test_group_refuses_work_after_a_timeout():
+    results = run_world(broken_after_timeout_worker, 2, timeout=60)
+    errs = results[0]
+    assert len(errs) == 2
+    assert "timed out" in errs[0]
+    assert "broken" in errs[1]
+
+
+def work_wait_timeout_worker(rank, n, init_file):
+    init(rank, n, init_file, timeout_s=30, gloo_group=False)
+    import datetime
+
+    if rank == 0:
+        w = dist.all_reduce(torch.ones(4), async_op=True)
+        start = time.monotonic()
+        try:
+            w.wait(timeout=datetime.timedelta(seconds=0.5))
+            return "completed"
+        except Exception as e:  # noqa: BLE001
+            elapsed = time.monotonic() - start
+            info = {"type": type(e).__name__, "elapsed": elapsed, "timeout": isinstance(e, TimeoutError)}
+        w.wait()  # the op itself is unaffected and completes once rank 1 joins
+        return info
+    time.sleep(1.5)
+    dist.all_reduce(torch.ones(4))
+    return None
+
+
+def test_work_wait_with_timeout_raises():
+    results = run_world(work_wait_timeout_worker, 2, timeout=60)
+    r = results[0]
+    assert r != "completed"
+    assert r["timeout"] and r["elapsed"] < 1.5, r
