@@ -218,7 +218,7 @@ func interopTorchClient(t *testing.T, py string) {
 func interopTorchServer(t *testing.T, py, backend string) {
 	ctx, cancel := context.WithTimeout(context.Background(), interopTimeout)
 	defer cancel()
-	peer := startPeer(t, ctx, py, "tcp-server", backend)
+	peer := startPeer(t, ctx, py, "tcp-server", "127.0.0.1:0", backend)
 	first := peer.line(t, ctx)
 	portStr, ok := strings.CutPrefix(first, "PORT ")
 	require.True(t, ok, "first line %q", first)

@@ -148,9 +148,6 @@ func newDeadline(ctx context.Context, timeout time.Duration, zeroForever bool) d
 	return deadline{at: now.Add(timeout), has: true, after: timeout}
 }
 
-// expired reports whether the deadline has passed.
-func (d deadline) expired() bool { return d.has && !time.Now().Before(d.at) }
-
 // timeout returns the *TimeoutError for op on keys.
 func (d deadline) timeout(op string, keys []string) error {
 	return &TimeoutError{Op: op, Keys: append([]string(nil), keys...), After: d.after}
@@ -291,9 +288,8 @@ func Barrier(ctx context.Context, s Store, key string, worldSize int64) error {
 	return s.Wait(ctx, []string{last})
 }
 
-// cloneBytes returns a copy of b (nil for an empty b is not used: the copy
-// of an empty slice is an empty non-nil slice, so callers can tell "empty
-// value" from "no value").
+// cloneBytes returns a copy of b that is never nil, so an empty value is
+// returned as an empty slice rather than nil.
 func cloneBytes(b []byte) []byte {
 	return append(make([]byte, 0, len(b)), b...)
 }

@@ -54,8 +54,9 @@ type TCPStoreOptions struct {
 	dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
-// Client-side limits: torch libuv's, so requests are never rejected by a
-// torch server; replies are bounded more loosely.
+// replyLimits bounds what the client accepts in a reply (garbage lengths
+// must not make it allocate without bound). Requests are checked against
+// torch libuv's limits instead (see wire).
 var replyLimits = limits{maxKeyLen: 1 << 20, maxValueLen: 1 << 30, maxKeys: 1 << 26}
 
 // cancelGrace bounds the CANCEL_WAIT exchange after a wait ends.
@@ -89,10 +90,20 @@ type TCPStore struct {
 	wbuf   []byte        // request scratch; guarded by sem
 
 	closed    chan struct{}
+	life      context.Context // cancelled by Close: aborts a dial in progress
+	kill      context.CancelFunc
 	closeOnce sync.Once
 }
 
 var _ Store = (*TCPStore)(nil)
+
+// newClient returns an unconnected client.
+func newClient(addr string, opts TCPStoreOptions) *TCPStore {
+	t := &TCPStore{addr: addr, opts: opts, sem: make(chan struct{}, 1), closed: make(chan struct{})}
+	t.life, t.kill = context.WithCancel(context.Background())
+	t.timeout.Store(int64(opts.Timeout))
+	return t
+}
 
 // NewTCPStore connects to (and with IsMaster first starts) a TCPStore
 // server, retrying the connection until ctx's deadline or the timeout; then
@@ -105,8 +116,7 @@ func NewTCPStore(ctx context.Context, opts TCPStoreOptions) (*TCPStore, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	t := &TCPStore{opts: opts, sem: make(chan struct{}, 1), closed: make(chan struct{})}
-	t.timeout.Store(int64(opts.Timeout))
+	t := newClient("", opts)
 	port := opts.Port
 	if opts.IsMaster {
 		so := opts.Server
@@ -197,6 +207,7 @@ func (t *TCPStore) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
 		close(t.closed)
+		t.kill()
 		t.connMu.Lock()
 		if t.conn != nil {
 			t.conn.Close()
@@ -219,8 +230,7 @@ func (t *TCPStore) Clone(ctx context.Context) (Store, error) {
 	o.IsMaster, o.WorldSize = false, 0
 	o.Port = t.Port()
 	o.Timeout = t.Timeout()
-	c := &TCPStore{addr: t.addr, opts: o, sem: make(chan struct{}, 1), closed: make(chan struct{})}
-	c.timeout.Store(int64(o.Timeout))
+	c := newClient(t.addr, o)
 	if err := c.start(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -314,6 +324,8 @@ func (t *TCPStore) ensureConn(ctx context.Context) error {
 func (t *TCPStore) dialOnce(ctx context.Context, d deadline) (net.Conn, error) {
 	dctx, cancel := context.WithDeadline(ctx, d.at)
 	defer cancel()
+	stopDial := context.AfterFunc(t.life, cancel)
+	defer stopDial()
 	var conn net.Conn
 	var err error
 	if t.opts.dial != nil {
@@ -326,7 +338,7 @@ func (t *TCPStore) dialOnce(ctx context.Context, d deadline) (net.Conn, error) {
 		return nil, err
 	}
 	_ = conn.SetDeadline(d.at)
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(dctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	// VALIDATE must be one write (libuv mishandles a split one); PING follows.
 	nonce := uint32(os.Getpid())

@@ -322,14 +322,3 @@ func appendBytes(b []byte, v []byte) []byte {
 func appendI64(b []byte, n int64) []byte {
 	return binary.LittleEndian.AppendUint64(b, uint64(n))
 }
-
-// hasReply reports whether the server answers cmd at once (WAIT and
-// BARRIER answer now or later; VALIDATE, SET, APPEND, MULTI_SET and
-// QUEUE_PUSH never).
-func hasReply(c command) bool {
-	switch c {
-	case cmdValidate, cmdSet, cmdAppend, cmdMultiSet, cmdQueuePush:
-		return false
-	}
-	return true
-}

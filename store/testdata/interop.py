@@ -1,18 +1,28 @@
 """Interop peer for godist's Go stores (store/interop_test.go).
 
 Acts as a torch TCPStore client, a torch TCPStore server or a torch FileStore
-user, runs a fixed sequence of operations against the Go peer, and prints one
-JSON object with what it observed as its last line of output.
+user, runs a fixed sequence of operations against a Go peer, and prints one
+JSON object with what it observed as its last line of output. Exit status 0
+means the sequence completed (the JSON says what torch saw).
 
     python interop.py tcp-client HOST:PORT
-        torch client (world_size=2, so it registers under "init/") against a
-        Go server whose master waits for 2 workers.
-    python interop.py tcp-server [libuv|classic]
-        torch master (world_size=2, wait_for_workers=True) on an ephemeral
-        port, printed first as "PORT <n>"; a Go client must register.
+        torch TCPStore client with world_size=2 (it registers with ADD
+        "init/" 1, so a Go master waiting for 2 workers is released).
+        Peer contract: the Go side sets "go/hello" (any time), and sets
+        "go/later" once "py/waiting" exists; this script sets "py/done" last.
+    python interop.py tcp-server HOST:PORT [libuv|classic]
+        torch TCPStore master (world_size=2, wait_for_workers=True) bound to
+        HOST:PORT (PORT 0: an ephemeral port); prints "PORT <n>" first. The
+        constructor returns only after a Go client registered under "init/".
+        Peer contract: the Go side writes its "go/*" keys (see tcp_server()),
+        then sets "go/done"; this script checks them, sets "py/done" and keeps
+        serving until the Go side sets "go/bye".
     python interop.py file PATH first|last
-        torch FileStore(PATH, world_size=2) shared with a Go FileStore;
-        "first": this process closes before the Go peer, "last": after it.
+        torch FileStore(PATH, world_size=2) shared with a Go FileStore.
+        Peer contract: the Go side writes its "go/*" keys, then "go/done";
+        this script then sets "py/done". "first": this process closes (and
+        exits) before the Go peer closes; "last": it waits for the Go peer's
+        Close (the "cleanup/" record) and closes last, removing the file.
 
 Keys written by this script start with "py/", keys it expects from the Go
 peer with "go/". Every wait is bounded by TIMEOUT.
@@ -84,15 +94,16 @@ def tcp_client(addr):
     print(json.dumps(r), flush=True)
 
 
-def tcp_server(backend):
+def tcp_server(addr, backend):
+    host, port = addr.rsplit(":", 1)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, int(port)))
     sock.listen(128)
     port = sock.getsockname()[1]
     print(f"PORT {port}", flush=True)
     s = dist.TCPStore(
-        "127.0.0.1", port, world_size=2, is_master=True, timeout=TIMEOUT,
+        host, port, world_size=2, is_master=True, timeout=TIMEOUT,
         wait_for_workers=True, master_listen_fd=sock.detach(), use_libuv=(backend == "libuv"),
     )
     # The constructor returned: the Go client registered under "init/".
@@ -148,7 +159,7 @@ def main():
     if mode == "tcp-client":
         tcp_client(sys.argv[2])
     elif mode == "tcp-server":
-        tcp_server(sys.argv[2] if len(sys.argv) > 2 else "libuv")
+        tcp_server(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "libuv")
     elif mode == "file":
         file_store(sys.argv[2], sys.argv[3])
     else:
