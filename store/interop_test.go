@@ -134,6 +134,7 @@ func strs(v any) []string {
 func TestInteropWithTorch(t *testing.T) {
 	py := torchPython(t)
 	t.Run("torch_client_go_server", func(t *testing.T) { interopTorchClient(t, py) })
+	t.Run("torch_process_group_on_go_server", func(t *testing.T) { interopProcessGroup(t, py) })
 	for _, backend := range []string{"libuv", "classic"} {
 		t.Run("go_client_torch_server/"+backend, func(t *testing.T) { interopTorchServer(t, py, backend) })
 	}
@@ -212,6 +213,36 @@ func interopTorchClient(t *testing.T, py string) {
 	srv.mu.Lock()
 	assert.Equal(t, "2", string(srv.state.kv[initKey]))
 	srv.mu.Unlock()
+}
+
+// interopProcessGroup: two torch ranks run init_process_group("gloo") and
+// collectives with a Go server as their store (torchrun's agent-store mode).
+func interopProcessGroup(t *testing.T, py string) {
+	ctx, cancel := context.WithTimeout(context.Background(), interopTimeout)
+	defer cancel()
+	srv := newTestServer(t, ServerOptions{})
+	addr := "127.0.0.1:" + strconv.Itoa(srv.Port())
+	const world = 2
+	peers := make([]*pyPeer, world)
+	for r := range peers {
+		peers[r] = startPeer(t, ctx, py, "pg", addr, strconv.Itoa(r), strconv.Itoa(world))
+	}
+	for r, p := range peers {
+		res := p.result(t, ctx)
+		assert.EqualValues(t, r, res["rank"])
+		assert.EqualValues(t, 3, res["all_reduce"]) // 1 + 2
+		assert.Len(t, res["gathered"], world)
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	assert.Equal(t, strconv.Itoa(world), string(srv.state.kv[initKey]), "every rank registered")
+	var pgKeys int
+	for k := range srv.state.kv {
+		if strings.HasPrefix(k, "/default_pg/") {
+			pgKeys++
+		}
+	}
+	assert.Positive(t, pgKeys, "process-group keys went through the Go server")
 }
 
 // interopTorchServer: a torch master (world size 2) and a Go client.

@@ -17,6 +17,11 @@ means the sequence completed (the JSON says what torch saw).
         Peer contract: the Go side writes its "go/*" keys (see tcp_server()),
         then sets "go/done"; this script checks them, sets "py/done" and keeps
         serving until the Go side sets "go/bye".
+    python interop.py pg HOST:PORT RANK WORLD_SIZE
+        one rank of a torch process group (gloo) whose store is the server at
+        HOST:PORT, with TORCHELASTIC_USE_AGENT_STORE=True so that no rank
+        starts a server of its own (as under torchrun); runs all_reduce, a
+        barrier on a new group and all_gather_object.
     python interop.py file PATH first|last
         torch FileStore(PATH, world_size=2) shared with a Go FileStore.
         Peer contract: the Go side writes its "go/*" keys, then "go/done";
@@ -125,6 +130,25 @@ def tcp_server(addr, backend):
     print(json.dumps(r), flush=True)
 
 
+def process_group(addr, rank, world_size):
+    host, port = addr.rsplit(":", 1)
+    os.environ.update(
+        MASTER_ADDR=host, MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world_size),
+        TORCHELASTIC_USE_AGENT_STORE="True",
+    )
+    import torch
+
+    dist.init_process_group("gloo", timeout=TIMEOUT)
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    g = dist.new_group(list(range(world_size)))
+    dist.barrier(g)
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, {"rank": rank})
+    dist.destroy_process_group()
+    print(json.dumps({"rank": rank, "all_reduce": t.item(), "gathered": gathered}), flush=True)
+
+
 def file_store(path, order):
     s = dist.FileStore(path, 2)
     s.set_timeout(TIMEOUT)
@@ -160,6 +184,8 @@ def main():
         tcp_client(sys.argv[2])
     elif mode == "tcp-server":
         tcp_server(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "libuv")
+    elif mode == "pg":
+        process_group(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "file":
         file_store(sys.argv[2], sys.argv[3])
     else:
