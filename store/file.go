@@ -147,8 +147,9 @@ func (f *FileStore) begin(ctx context.Context, op string, keys []string) (deadli
 }
 
 // withFile opens the file (waiting for it to exist), takes the flock,
-// holds f.mu, runs fn, and releases everything. closing is the channel that
-// aborts the waits (nil for Close itself).
+// holds f.mu, runs fn, and releases everything. Its waits end at d, with
+// ctx, or when the store is closed, except for op "close" (Close itself),
+// which does not wait for a missing file.
 func (f *FileStore) withFile(ctx context.Context, d deadline, op string, keys []string, exclusive bool, flag int, fn func(*os.File) error) error {
 	closing := f.closed
 	if op == "close" {
@@ -163,6 +164,9 @@ func (f *FileStore) withFile(ctx context.Context, d deadline, op string, keys []
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return f.opErr(op, keys, err)
+		}
+		if closing == nil {
+			return nil // Close: the file is gone, so there is nothing to record
 		}
 		if err := d.sleep(ctx, nil, filePoll, closing); err != nil {
 			return f.waitErr(d, op, keys, err)

@@ -187,3 +187,13 @@ func TestFileStoreRecords(t *testing.T) {
 	applyRecords(cache, got)
 	assert.Equal(t, map[string][]byte{"refcount/": []byte("1"), "/b": {0, 1}, "": []byte("x")}, cache)
 }
+
+func TestFileStoreCloseAfterFileRemoved(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "fs")
+	f, err := NewFileStore(bg(t), path, 1)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, f.Close())
+	assert.NoFileExists(t, path, "Close must not recreate the file")
+}
