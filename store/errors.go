@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// Sentinel errors. Every error returned by this package wraps exactly one of
-// them (compare with errors.Is), usually inside a *TimeoutError or *OpError
-// that adds context.
+// Sentinel errors, compared with errors.Is. Errors returned by this package
+// wrap the one that applies, usually inside a *TimeoutError or *OpError that
+// adds context; an operation ended by ctx wraps ctx.Err() instead, and an OS
+// error from FileStore (permissions, disk full) wraps the *os.PathError.
 var (
 	// ErrTimeout reports that a wait (Get, Wait, MultiGet, blocking QueuePop,
 	// connect, waiting for workers) reached its deadline. It satisfies

@@ -45,7 +45,6 @@ type FileStore struct {
 
 	closed    chan struct{}
 	closeOnce sync.Once
-	closeErr  error
 }
 
 var _ Store = (*FileStore)(nil)
@@ -91,6 +90,7 @@ func (f *FileStore) Clone(ctx context.Context) (Store, error) {
 // exists, records this opener's exit and removes the file when it is the
 // last one (see FileStore). It is idempotent.
 func (f *FileStore) Close() error {
+	var err error
 	f.closeOnce.Do(func() {
 		close(f.closed)
 		if _, err := os.Stat(f.path); err != nil {
@@ -103,7 +103,7 @@ func (f *FileStore) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), to)
 		defer cancel()
 		d := newDeadline(ctx, to, false)
-		f.closeErr = f.withFile(ctx, d, "close", nil, true, os.O_RDWR, func(fl *os.File) error {
+		err = f.withFile(ctx, d, "close", nil, true, os.O_RDWR, func(fl *os.File) error {
 			if err := f.refresh(fl); err != nil {
 				return err
 			}
@@ -123,7 +123,7 @@ func (f *FileStore) Close() error {
 			return nil
 		})
 	})
-	return f.closeErr
+	return err
 }
 
 func (f *FileStore) opErr(op string, keys []string, err error) error {

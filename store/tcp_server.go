@@ -63,7 +63,6 @@ type TCPServer struct {
 	done      chan struct{} // closed by Close
 	wg        sync.WaitGroup
 	closeOnce sync.Once
-	closeErr  error
 }
 
 // NewTCPServer listens (or takes opts.Listener) and starts serving in the
@@ -129,8 +128,10 @@ func (s *TCPServer) Port() int {
 }
 
 // Close stops the listener, closes every connection and waits for all the
-// server's goroutines to exit. It is idempotent.
+// server's goroutines to exit. It is idempotent: later calls do nothing and
+// return nil.
 func (s *TCPServer) Close() error {
+	var err error
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
@@ -140,15 +141,15 @@ func (s *TCPServer) Close() error {
 			conns = append(conns, c)
 		}
 		s.mu.Unlock()
-		if err := s.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			s.closeErr = &OpError{Store: "tcp-server", Op: "close", Addr: s.ln.Addr().String(), Err: err}
+		if cerr := s.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+			err = &OpError{Store: "tcp-server", Op: "close", Addr: s.ln.Addr().String(), Err: cerr}
 		}
 		for _, c := range conns {
 			c.close()
 		}
 		s.wg.Wait()
 	})
-	return s.closeErr
+	return err
 }
 
 func (s *TCPServer) acceptLoop() {
