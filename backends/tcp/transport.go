@@ -121,6 +121,7 @@ func (t *Transport) Close() error {
 		}
 		timer := time.NewTimer(goodbyeWait)
 		defer timer.Stop()
+	wait:
 		for _, p := range t.peers {
 			if p == nil {
 				continue
@@ -128,6 +129,7 @@ func (t *Transport) Close() error {
 			select {
 			case <-p.readerDone:
 			case <-timer.C:
+				break wait // the rest are cut off by shut
 			}
 		}
 		t.shut(transport.ErrClosed)
