@@ -132,4 +132,3 @@ func FuzzParseHeader(f *testing.F) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
