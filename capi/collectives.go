@@ -183,3 +183,17 @@ func runIO(h C.uint64_t, one *C.godist_buf, list *C.godist_buf, n C.int32_t, not
 	w, err := f(pg, b, l)
 	return submitted(w, err, notify, work, errbuf, errlen)
 }
+
+// godist_monitored_barrier is a barrier whose failure on rank 0 names the
+// ranks that did not arrive within timeout_ms (all of them if wait_all).
+//
+//export godist_monitored_barrier
+func godist_monitored_barrier(h C.uint64_t, timeoutMs C.int64_t, waitAll C.int32_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := group(h)
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	w, err := pg.MonitoredBarrier(millis(timeoutMs), waitAll != 0)
+	return submitted(w, err, notify, work, errbuf, errlen)
+}

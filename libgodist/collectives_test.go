@@ -325,3 +325,22 @@ func TestInvalidArguments(t *testing.T) {
 	_, err = pgs[0].Send(nil, 2, 0, 0)
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+func TestMonitoredBarrier(t *testing.T) {
+	pgs, _ := group(t, 4, 5*time.Second)
+	requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) { return pg.MonitoredBarrier(0, true) }))
+	// ranks 2 and 3 never arrive
+	for _, waitAll := range []bool{true, false} {
+		pgs, _ := group(t, 4, 5*time.Second)
+		errs := onAll(t, pgs[:2], func(r int, pg *ProcessGroup) (*Work, error) {
+			return pg.MonitoredBarrier(200*time.Millisecond, waitAll)
+		})
+		require.ErrorIs(t, errs[0], ErrNotArrived)
+		if waitAll {
+			require.Contains(t, errs[0].Error(), "ranks [2 3] did not arrive")
+		} else {
+			require.Contains(t, errs[0].Error(), "rank 2 did not arrive")
+		}
+		require.ErrorIs(t, errs[1], ErrNotArrived)
+	}
+}

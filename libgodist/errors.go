@@ -45,7 +45,10 @@ type OpError struct {
 func (e *OpError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "godist: %s (seq %d) in group %q", e.Op, e.Seq, e.Group)
+	var me *monitoredError
 	switch {
+	case errors.As(e.Err, &me):
+		fmt.Fprintf(&b, " failed")
 	case e.Timeout() && len(e.Missing) > 0:
 		fmt.Fprintf(&b, " timed out after %v: rank(s) %v did not join this %s", e.After, e.Missing, e.Op)
 	case e.Timeout() && e.Peer >= 0:

@@ -208,7 +208,12 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 	if errors.As(err, &pe) {
 		oe.Peer = pe.Peer
 	}
-	if errors.Is(err, ErrInvalid) || errors.Is(err, transport.ErrSizeMismatch) {
+	var me *monitoredError
+	if errors.As(err, &me) {
+		oe.Missing = me.late
+		return oe // a late rank is reported, the transport is fine
+	}
+	if errors.Is(err, ErrInvalid) || errors.Is(err, transport.ErrSizeMismatch) || errors.Is(err, ErrNotArrived) {
 		return oe
 	}
 	if oe.Timeout() {

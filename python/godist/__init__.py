@@ -30,6 +30,27 @@ def _create(dist_opts, pg_options=None):
                               group_name=str(getattr(dist_opts, "group_id", "") or ""))
 
 
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """godist's monitored barrier (``torch.distributed.monitored_barrier``
+    only accepts gloo groups): rank 0 raises an error naming the ranks that
+    did not arrive within ``timeout``; the others fail as well."""
+    pg = group if group is not None else dist.group.WORLD
+    if not isinstance(pg, GodistProcessGroup):
+        raise TypeError(f"godist.monitored_barrier needs a godist group, got {type(pg).__name__}")
+    pg.monitored_barrier(timeout=timeout, wait_all_ranks=wait_all_ranks)
+
+
+def runtime_stats() -> dict:
+    """Goroutines and live handles of the Go runtime in this process."""
+    import ctypes
+
+    from . import _lib
+
+    g, h = ctypes.c_int64(), ctypes.c_int64()
+    _lib.load().runtime_stats(ctypes.byref(g), ctypes.byref(h))
+    return {"goroutines": g.value, "handles": h.value}
+
+
 def _register():
     """Register the backend with torch (idempotent); also the entry point."""
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}) or hasattr(dist.Backend, BACKEND.upper()):
@@ -40,4 +61,5 @@ def _register():
 _register()
 atexit.register(close_all)
 
-__all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "BACKEND"]
+__all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "BACKEND", "monitored_barrier",
+           "runtime_stats"]

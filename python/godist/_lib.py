@@ -35,6 +35,7 @@ _ERR = [c_char_p, c_int32]
 _DECLS = {
     "godist_abi_version": (c_int32, []),
     "godist_live_handles": (c_int64, []),
+    "godist_runtime_stats": (None, [POINTER(c_int64), POINTER(c_int64)]),
     # process groups
     "godist_pg_create": (c_int, [c_int32, c_int32, c_char_p, c_int64, c_char_p, _U64P] + _ERR),
     "godist_pg_record": (c_int, [c_uint64, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
@@ -52,6 +53,7 @@ _DECLS = {
     "godist_scatter": (c_int, [c_uint64, _BUF, c_int32, _BUF, c_int32, c_int64, c_int32, _U64P] + _ERR),
     "godist_alltoall": (c_int, [c_uint64, _BUF, c_int32, _BUF, c_int32, c_int64, c_int32, _U64P] + _ERR),
     "godist_barrier": (c_int, [c_uint64, c_int64, c_int32, _U64P] + _ERR),
+    "godist_monitored_barrier": (c_int, [c_uint64, c_int64, c_int32, c_int32, _U64P] + _ERR),
     "godist_send": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int64, c_int32, _U64P] + _ERR),
     "godist_recv": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int64, c_int32, _U64P] + _ERR),
     # works

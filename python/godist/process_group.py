@@ -428,6 +428,15 @@ class GodistProcessGroup(dist.ProcessGroup):
         calls = [lambda n, w: lib.barrier(h, timeout, n, w)]
         return submit("barrier", [], calls, async_op=_async(opts))
 
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """A barrier whose failure names late ranks: on rank 0 the error lists
+        the ranks that did not arrive within timeout (all of them with
+        wait_all_ranks, else the first); the other ranks fail too."""
+        lib, h = _lib.load(), self._h
+        ms = _types.timeout_ms(timeout) if timeout is not None else self._timeout_ms()
+        calls = [lambda n, w: lib.monitored_barrier(h, ms, 1 if wait_all_ranks else 0, n, w)]
+        return submit("monitored_barrier", [], calls, async_op=False)
+
     # ----- point to point -----------------------------------------------
     def send(self, tensors, dstRank, tag=0):
         op = "send"
