@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from . import _checks, _lib, _rendezvous, _types
-from .work import GodistWork, submit
+from .work import GodistWork, combine, submit
 
 _live = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -77,6 +77,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         self._timeout = timeout if timeout is not None and timeout.total_seconds() > 0 else _types.default_timeout()
         self._name = group_name or "godist"
         self._seq = 0
+        self._coalesced = None
         self._closed = False
         self._close_lock = threading.Lock()
         lib = _lib.load()
@@ -117,6 +118,27 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     def __repr__(self):
         return f"GodistProcessGroup(rank={self._rank}, size={self._size}, group={self._name!r})"
+
+    # ----- coalescing ---------------------------------------------------
+    def _track(self, work):
+        """Record work issued between _start_coalescing and _end_coalescing."""
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
+
+    def _start_coalescing(self, device=None):
+        if self._coalesced is not None:
+            raise RuntimeError("godist: _start_coalescing called while already coalescing")
+        self._coalesced = []
+
+    def _end_coalescing(self, device=None):
+        works, self._coalesced = self._coalesced, None
+        if works is None:
+            raise RuntimeError("godist: _end_coalescing called without _start_coalescing")
+        return combine("coalesced", works)
+
+    start_coalescing = _start_coalescing
+    end_coalescing = _end_coalescing
 
     # ----- lifecycle ----------------------------------------------------
     def _close(self):
@@ -167,7 +189,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         b = self._bufs([_desc(buf)])
         timeout, lib, h = self._t(opts), _lib.load(), self._h
         calls = [lambda n, w: lib.allreduce(h, b, dt, code, factor, timeout, n, w)]
-        return submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts))
+        return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts)))
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = "allreduce_coalesced"
@@ -182,7 +204,7 @@ class GodistProcessGroup(dist.ProcessGroup):
             b = self._bufs([_desc(buf)])
             keep += [buf, b]
             calls.append(lambda n, w, b=b, dt=dt: lib.allreduce(h, b, dt, code, factor, timeout, n, w))
-        return submit(op, ts, calls, outs.finalizer(), keep=keep, async_op=_async(opts))
+        return self._track(submit(op, ts, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
     def broadcast(self, tensors, opts=None):
         op = "broadcast"
@@ -195,7 +217,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         b = self._bufs([_desc(buf)])
         timeout, lib, h = self._t(opts), _lib.load(), self._h
         calls = [lambda n, w: lib.broadcast(h, b, root, timeout, n, w)]
-        return submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts))
+        return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts)))
 
     def reduce(self, tensors, opts=None):
         op = "reduce"
@@ -208,7 +230,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         b = self._bufs([_desc(buf)])
         timeout, lib, h = self._t(opts), _lib.load(), self._h
         calls = [lambda n, w: lib.reduce(h, b, root, dt, code, factor, timeout, n, w)]
-        return submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts))
+        return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts)))
 
     def _allgather_call(self, inp, out_pairs, timeout):
         lib, h = _lib.load(), self._h
@@ -226,7 +248,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         outs = _Outputs()
         bufs = [outs.prep(o) for o in out_list]
         call, keep = self._allgather_call(inp, [_desc(o) for o in bufs], self._t(opts))
-        return submit(op, output_tensors, [call], outs.finalizer(), keep=(inp, bufs, keep), async_op=_async(opts))
+        return self._track(submit(op, output_tensors, [call], outs.finalizer(), keep=(inp, bufs, keep), async_op=_async(opts)))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         op = "allgather_coalesced"
@@ -244,7 +266,7 @@ class GodistProcessGroup(dist.ProcessGroup):
             call, k = self._allgather_call(inp, [_desc(o) for o in bufs], self._t(opts))
             calls.append(call)
             keep += [bufs, k]
-        return submit(op, output_lists, calls, outs.finalizer(), keep=keep, async_op=_async(opts))
+        return self._track(submit(op, output_lists, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
     def _gather_into(self, op, output, input, opts):
         out = _checks.tensor(op, "output", output)
@@ -261,7 +283,7 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output, input, opts=None):
         calls, outs, keep = self._gather_into("all_gather_into_tensor", output, input, opts)
-        return submit("all_gather_into_tensor", [output], calls, outs.finalizer(), keep=keep, async_op=_async(opts))
+        return self._track(submit("all_gather_into_tensor", [output], calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         op = "all_gather_into_tensor_coalesced"
@@ -273,7 +295,7 @@ class GodistProcessGroup(dist.ProcessGroup):
             calls += c
             fins.append(outs)
             keep.append(k)
-        return submit(op, outputs, calls, lambda: [f.finalize() for f in fins], keep=keep, async_op=_async(opts))
+        return self._track(submit(op, outputs, calls, lambda: [f.finalize() for f in fins], keep=keep, async_op=_async(opts)))
 
     def gather(self, output_tensors, input_tensors, opts=None):
         op = "gather"
@@ -295,7 +317,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         ib, ob = self._bufs([_desc(inp)]), self._bufs(pairs)
         keep += [ib, ob]
         calls = [lambda n, w: lib.gather(h, ib, ob, len(pairs), root, timeout, n, w)]
-        return submit(op, output_tensors, calls, outs.finalizer(), keep=keep, async_op=_async(opts))
+        return self._track(submit(op, output_tensors, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         op = "scatter"
@@ -317,7 +339,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         ib, ob = self._bufs(pairs), self._bufs([_desc(obuf)])
         keep += [ib, ob]
         calls = [lambda n, w: lib.scatter(h, ib, len(pairs), ob, root, timeout, n, w)]
-        return submit(op, output_tensors, calls, outs.finalizer(), keep=keep, async_op=_async(opts))
+        return self._track(submit(op, output_tensors, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
     def _reduce_scatter_call(self, op, in_pairs, out, opts, dt):
         code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
@@ -336,7 +358,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         outs = _Outputs()
         obuf = outs.prep(out)
         call, k = self._reduce_scatter_call(op, [_desc(t) for t in lst], obuf, opts, dt)
-        return submit(op, output_tensors, [call], outs.finalizer(), keep=(lst, obuf, k), async_op=_async(opts))
+        return self._track(submit(op, output_tensors, [call], outs.finalizer(), keep=(lst, obuf, k), async_op=_async(opts)))
 
     def _scatter_from(self, op, output, input, opts):
         out = _checks.tensor(op, "output", output)
@@ -354,7 +376,7 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output, input, opts=None):
         calls, outs, keep = self._scatter_from("reduce_scatter_tensor", output, input, opts)
-        return submit("reduce_scatter_tensor", [output], calls, outs.finalizer(), keep=keep, async_op=_async(opts))
+        return self._track(submit("reduce_scatter_tensor", [output], calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         op = "reduce_scatter_tensor_coalesced"
@@ -366,7 +388,7 @@ class GodistProcessGroup(dist.ProcessGroup):
             calls += c
             fins.append(outs)
             keep.append(k)
-        return submit(op, outputs, calls, lambda: [f.finalize() for f in fins], keep=keep, async_op=_async(opts))
+        return self._track(submit(op, outputs, calls, lambda: [f.finalize() for f in fins], keep=keep, async_op=_async(opts)))
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         op = "alltoall"
@@ -384,7 +406,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         lib, h, timeout = _lib.load(), self._h, self._t(opts)
         ib, ob = self._bufs(in_pairs), self._bufs(out_pairs)
         calls = [lambda n, w: lib.alltoall(h, ib, len(in_pairs), ob, len(out_pairs), timeout, n, w)]
-        return submit(op, result, calls, outs.finalizer(), keep=(keep, ib, ob), async_op=_async(opts))
+        return self._track(submit(op, result, calls, outs.finalizer(), keep=(keep, ib, ob), async_op=_async(opts)))
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
         op = "all_to_all_single"
@@ -426,7 +448,7 @@ class GodistProcessGroup(dist.ProcessGroup):
     def barrier(self, opts=None):
         lib, h, timeout = _lib.load(), self._h, self._t(opts)
         calls = [lambda n, w: lib.barrier(h, timeout, n, w)]
-        return submit("barrier", [], calls, async_op=_async(opts))
+        return self._track(submit("barrier", [], calls, async_op=_async(opts)))
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         """A barrier whose failure names late ranks: on rank 0 the error lists
@@ -435,7 +457,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         lib, h = _lib.load(), self._h
         ms = _types.timeout_ms(timeout) if timeout is not None else self._timeout_ms()
         calls = [lambda n, w: lib.monitored_barrier(h, ms, 1 if wait_all_ranks else 0, n, w)]
-        return submit("monitored_barrier", [], calls, async_op=False)
+        return self._track(submit("monitored_barrier", [], calls, async_op=False))
 
     # ----- point to point -----------------------------------------------
     def send(self, tensors, dstRank, tag=0):
@@ -445,7 +467,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         lib, h = _lib.load(), self._h
         b = self._bufs([_desc(t)])
         calls = [lambda n, w: lib.send(h, b, dst, int(tag), 0, n, w)]
-        return submit(op, [t], calls, keep=(t, b), async_op=True)
+        return self._track(submit(op, [t], calls, keep=(t, b), async_op=True))
 
     def recv(self, tensors, srcRank, tag=0):
         op = "recv"
@@ -465,7 +487,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         lib, h = _lib.load(), self._h
         b = self._bufs([_desc(buf)])
         calls = [lambda n, w: lib.recv(h, b, src, int(tag), 0, n, w)]
-        return submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=True)
+        return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=True))
 
     # ----- names torch used before the 2.13 rename ------------------------
     _allgather_base = all_gather_single

@@ -248,3 +248,29 @@ def _wait_handle(lib, h):
         return e, -1
     finally:
         lib.work_free(h)
+
+
+def combine(op: str, works) -> GodistWork:
+    """One Work that completes when all of works have (the first error wins);
+    its future's value is the concatenation of their output lists."""
+    outputs = []
+    for w in works:
+        outputs.extend(w._outputs if isinstance(w._outputs, list) else [w._outputs])
+    out = GodistWork(op, outputs)
+    if not works:
+        out._finish()
+        return out
+    lock = threading.Lock()
+    left = [len(works)]
+
+    def one_done(_fut):
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            exc = next((w._exc for w in works if w._exc is not None), None)
+            out._finish(exc)
+
+    for w in works:
+        w._fut.add_done_callback(one_done)
+    return out
