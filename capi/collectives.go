@@ -52,7 +52,7 @@ func reduceArgs(dtype, op C.int32_t, factor C.double) libgodist.ReduceArgs {
 func godist_allreduce(h C.uint64_t, buf *C.godist_buf, dtype, op C.int32_t, factor C.double, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
 	return run1(h, buf, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, b []byte) (*libgodist.Work, error) {
-		return pg.AllReduce(b, reduceArgs(dtype, op, factor), millis(timeoutMs))
+		return pg.AllReduce(b, reduceArgs(dtype, op, factor), opts(timeoutMs, notify))
 	})
 }
 
@@ -60,7 +60,7 @@ func godist_allreduce(h C.uint64_t, buf *C.godist_buf, dtype, op C.int32_t, fact
 func godist_broadcast(h C.uint64_t, buf *C.godist_buf, root C.int32_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
 	return run1(h, buf, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, b []byte) (*libgodist.Work, error) {
-		return pg.Broadcast(b, int(root), millis(timeoutMs))
+		return pg.Broadcast(b, int(root), opts(timeoutMs, notify))
 	})
 }
 
@@ -68,7 +68,7 @@ func godist_broadcast(h C.uint64_t, buf *C.godist_buf, root C.int32_t, timeoutMs
 func godist_reduce(h C.uint64_t, buf *C.godist_buf, root, dtype, op C.int32_t, factor C.double, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
 	return run1(h, buf, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, b []byte) (*libgodist.Work, error) {
-		return pg.Reduce(b, int(root), reduceArgs(dtype, op, factor), millis(timeoutMs))
+		return pg.Reduce(b, int(root), reduceArgs(dtype, op, factor), opts(timeoutMs, notify))
 	})
 }
 
@@ -76,7 +76,7 @@ func godist_reduce(h C.uint64_t, buf *C.godist_buf, root, dtype, op C.int32_t, f
 func godist_allgather(h C.uint64_t, in *C.godist_buf, outs *C.godist_buf, nouts C.int32_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
 	return runIO(h, in, outs, nouts, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, i []byte, o [][]byte) (*libgodist.Work, error) {
-		return pg.AllGather(i, o, millis(timeoutMs))
+		return pg.AllGather(i, o, opts(timeoutMs, notify))
 	})
 }
 
@@ -84,7 +84,7 @@ func godist_allgather(h C.uint64_t, in *C.godist_buf, outs *C.godist_buf, nouts 
 func godist_gather(h C.uint64_t, in *C.godist_buf, outs *C.godist_buf, nouts C.int32_t, root C.int32_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
 	return runIO(h, in, outs, nouts, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, i []byte, o [][]byte) (*libgodist.Work, error) {
-		return pg.Gather(i, o, int(root), millis(timeoutMs))
+		return pg.Gather(i, o, int(root), opts(timeoutMs, notify))
 	})
 }
 
@@ -92,7 +92,7 @@ func godist_gather(h C.uint64_t, in *C.godist_buf, outs *C.godist_buf, nouts C.i
 func godist_reduce_scatter(h C.uint64_t, ins *C.godist_buf, nins C.int32_t, out *C.godist_buf, dtype, op C.int32_t, factor C.double, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
 	return runIO(h, out, ins, nins, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, o []byte, i [][]byte) (*libgodist.Work, error) {
-		return pg.ReduceScatter(i, o, reduceArgs(dtype, op, factor), millis(timeoutMs))
+		return pg.ReduceScatter(i, o, reduceArgs(dtype, op, factor), opts(timeoutMs, notify))
 	})
 }
 
@@ -100,7 +100,7 @@ func godist_reduce_scatter(h C.uint64_t, ins *C.godist_buf, nins C.int32_t, out 
 func godist_scatter(h C.uint64_t, ins *C.godist_buf, nins C.int32_t, out *C.godist_buf, root C.int32_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
 	return runIO(h, out, ins, nins, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, o []byte, i [][]byte) (*libgodist.Work, error) {
-		return pg.Scatter(i, o, int(root), millis(timeoutMs))
+		return pg.Scatter(i, o, int(root), opts(timeoutMs, notify))
 	})
 }
 
@@ -119,7 +119,7 @@ func godist_alltoall(h C.uint64_t, ins *C.godist_buf, nins C.int32_t, outs *C.go
 	if err != nil {
 		return finish(err, errbuf, errlen)
 	}
-	w, err := pg.AllToAll(i, o, millis(timeoutMs))
+	w, err := pg.AllToAll(i, o, opts(timeoutMs, notify))
 	return submitted(w, err, notify, work, errbuf, errlen)
 }
 
@@ -130,7 +130,7 @@ func godist_barrier(h C.uint64_t, timeoutMs C.int64_t, notify C.int32_t, work *C
 	if err != nil {
 		return finish(err, errbuf, errlen)
 	}
-	w, err := pg.Barrier(millis(timeoutMs))
+	w, err := pg.Barrier(opts(timeoutMs, notify))
 	return submitted(w, err, notify, work, errbuf, errlen)
 }
 
@@ -138,7 +138,7 @@ func godist_barrier(h C.uint64_t, timeoutMs C.int64_t, notify C.int32_t, work *C
 func godist_send(h C.uint64_t, buf *C.godist_buf, peer C.int32_t, tag C.int64_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
 	return run1(h, buf, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, b []byte) (*libgodist.Work, error) {
-		return pg.Send(b, int(peer), int64(tag), millis(timeoutMs))
+		return pg.Send(b, int(peer), int64(tag), opts(timeoutMs, notify))
 	})
 }
 
@@ -148,7 +148,7 @@ func godist_send(h C.uint64_t, buf *C.godist_buf, peer C.int32_t, tag C.int64_t,
 func godist_recv(h C.uint64_t, buf *C.godist_buf, peer C.int32_t, tag C.int64_t, timeoutMs C.int64_t, notify C.int32_t, work *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
 	return run1(h, buf, notify, work, errbuf, errlen, func(pg *libgodist.ProcessGroup, b []byte) (*libgodist.Work, error) {
-		return pg.Recv(b, int(peer), int64(tag), millis(timeoutMs))
+		return pg.Recv(b, int(peer), int64(tag), opts(timeoutMs, notify))
 	})
 }
 
@@ -196,4 +196,10 @@ func godist_monitored_barrier(h C.uint64_t, timeoutMs C.int64_t, waitAll C.int32
 	}
 	w, err := pg.MonitoredBarrier(millis(timeoutMs), waitAll != 0)
 	return submitted(w, err, notify, work, errbuf, errlen)
+}
+
+// opts builds the per-call options: a synchronous caller (notify == 0) may
+// have its collective run inline.
+func opts(timeoutMs C.int64_t, notify C.int32_t) libgodist.Opts {
+	return libgodist.Opts{Timeout: millis(timeoutMs), Inline: notify == 0}
 }

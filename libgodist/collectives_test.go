@@ -119,7 +119,7 @@ func TestAllReduceSumAndMax(t *testing.T) {
 							}
 						}
 						requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
-							return pg.AllReduce(bufs[r], ReduceArgs{DType: reduce.Int64, Op: op}, 0)
+							return pg.AllReduce(bufs[r], ReduceArgs{DType: reduce.Int64, Op: op}, Opts{})
 						}))
 						for r := 0; r < n; r++ {
 							require.Equal(t, want, toI64(bufs[r]), "rank %d", r)
@@ -142,7 +142,7 @@ func TestBroadcastReduceGatherScatter(t *testing.T) {
 				for r := range bufs {
 					bufs[r] = i64s(input(r, count)...)
 				}
-				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) { return pg.Broadcast(bufs[r], root, 0) }))
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) { return pg.Broadcast(bufs[r], root, Opts{}) }))
 				for r := range bufs {
 					require.Equal(t, input(root, count), toI64(bufs[r]))
 				}
@@ -156,7 +156,7 @@ func TestBroadcastReduceGatherScatter(t *testing.T) {
 					}
 				}
 				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
-					return pg.Reduce(bufs[r], root, ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, 0)
+					return pg.Reduce(bufs[r], root, ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
 				}))
 				for r := range bufs {
 					if r == root {
@@ -175,7 +175,7 @@ func TestBroadcastReduceGatherScatter(t *testing.T) {
 					if r == root {
 						o = outs
 					}
-					return pg.Gather(i64s(input(r, count)...), o, root, 0)
+					return pg.Gather(i64s(input(r, count)...), o, root, Opts{})
 				}))
 				for i := range outs {
 					require.Equal(t, input(i, count), toI64(outs[i]))
@@ -187,7 +187,7 @@ func TestBroadcastReduceGatherScatter(t *testing.T) {
 					if r == root {
 						in = outs
 					}
-					return pg.Scatter(in, got[r], root, 0)
+					return pg.Scatter(in, got[r], root, Opts{})
 				}))
 				for r := range got {
 					require.Equal(t, input(r, count), toI64(got[r]))
@@ -208,7 +208,7 @@ func TestAllGatherReduceScatterAllToAllBarrier(t *testing.T) {
 					for i := range outs[r] {
 						outs[r][i] = make([]byte, 8*count)
 					}
-					return pg.AllGather(i64s(input(r, count)...), outs[r], 0)
+					return pg.AllGather(i64s(input(r, count)...), outs[r], Opts{})
 				}))
 				for r := 0; r < n; r++ {
 					for i := 0; i < n; i++ {
@@ -223,7 +223,7 @@ func TestAllGatherReduceScatterAllToAllBarrier(t *testing.T) {
 						ins[i] = i64s(input(r*n+i, count)...)
 					}
 					res[r] = make([]byte, 8*count)
-					return pg.ReduceScatter(ins, res[r], ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, 0)
+					return pg.ReduceScatter(ins, res[r], ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
 				}))
 				for r := 0; r < n; r++ {
 					want := make([]int64, count)
@@ -243,14 +243,14 @@ func TestAllGatherReduceScatterAllToAllBarrier(t *testing.T) {
 						ins[j] = i64s(input(r*100+j, (r+j)%3)...)
 						a2a[r][j] = make([]byte, 8*((j+r)%3))
 					}
-					return pg.AllToAll(ins, a2a[r], 0)
+					return pg.AllToAll(ins, a2a[r], Opts{})
 				}))
 				for r := 0; r < n; r++ {
 					for j := 0; j < n; j++ {
 						require.Equal(t, input(j*100+r, (j+r)%3), toI64(a2a[r][j]))
 					}
 				}
-				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) { return pg.Barrier(0) }))
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) { return pg.Barrier(Opts{}) }))
 			})
 		}
 	}
@@ -261,7 +261,7 @@ func TestSendRecvAnySourceAndOrder(t *testing.T) {
 	// ranks 1 and 2 each send two messages to 0 with tag 7; 0 receives from any.
 	for _, r := range []int{1, 2} {
 		for k := int64(0); k < 2; k++ {
-			w, err := pgs[r].Send(i64s(int64(r)*10+k), 0, 7, 0)
+			w, err := pgs[r].Send(i64s(int64(r)*10+k), 0, 7, Opts{})
 			require.NoError(t, err)
 			require.NoError(t, w.Err())
 		}
@@ -269,14 +269,14 @@ func TestSendRecvAnySourceAndOrder(t *testing.T) {
 	seen := map[int][]int64{}
 	for i := 0; i < 4; i++ {
 		b := make([]byte, 8)
-		w, err := pgs[0].Recv(b, transport.AnySource, 7, 0)
+		w, err := pgs[0].Recv(b, transport.AnySource, 7, Opts{})
 		require.NoError(t, err)
 		require.NoError(t, w.Err())
 		seen[w.Source()] = append(seen[w.Source()], toI64(b)[0])
 	}
 	require.Equal(t, map[int][]int64{1: {10, 11}, 2: {20, 21}}, seen)
 	// a receive with a different tag does not match, and times out
-	w, err := pgs[0].Recv(make([]byte, 8), 1, 8, 50*time.Millisecond)
+	w, err := pgs[0].Recv(make([]byte, 8), 1, 8, Opts{Timeout: 50 * time.Millisecond})
 	require.NoError(t, err)
 	require.Error(t, w.Err())
 	require.Contains(t, w.Err().Error(), "timed out")
@@ -285,7 +285,7 @@ func TestSendRecvAnySourceAndOrder(t *testing.T) {
 func TestTimeoutNamesMissingRank(t *testing.T) {
 	pgs, _ := group(t, 4, 300*time.Millisecond)
 	errs := onAll(t, pgs[:3], func(r int, pg *ProcessGroup) (*Work, error) {
-		return pg.AllReduce(i64s(1, 2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, 0)
+		return pg.AllReduce(i64s(1, 2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
 	})
 	for r, err := range errs {
 		require.Error(t, err, "rank %d", r)
@@ -296,7 +296,7 @@ func TestTimeoutNamesMissingRank(t *testing.T) {
 		require.Contains(t, err.Error(), "allreduce (seq 1)")
 	}
 	// the group is now broken: later ops fail fast
-	w, err := pgs[0].Barrier(0)
+	w, err := pgs[0].Barrier(Opts{})
 	require.NoError(t, err)
 	require.ErrorIs(t, w.Err(), ErrBroken)
 }
@@ -305,7 +305,7 @@ func TestKilledPeerFailsOthers(t *testing.T) {
 	pgs, net := group(t, 3, 10*time.Second)
 	net.Kill(2)
 	start := time.Now()
-	errs := onAll(t, pgs[:2], func(r int, pg *ProcessGroup) (*Work, error) { return pg.Barrier(0) })
+	errs := onAll(t, pgs[:2], func(r int, pg *ProcessGroup) (*Work, error) { return pg.Barrier(Opts{}) })
 	for _, err := range errs {
 		require.ErrorIs(t, err, transport.ErrConnLost)
 	}
@@ -314,15 +314,15 @@ func TestKilledPeerFailsOthers(t *testing.T) {
 
 func TestInvalidArguments(t *testing.T) {
 	pgs, _ := group(t, 2, time.Second)
-	_, err := pgs[0].AllReduce(make([]byte, 3), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, 0)
+	_, err := pgs[0].AllReduce(make([]byte, 3), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
 	require.ErrorIs(t, err, ErrInvalid)
-	_, err = pgs[0].AllReduce(make([]byte, 8), ReduceArgs{DType: reduce.Float32, Op: reduce.BAnd}, 0)
+	_, err = pgs[0].AllReduce(make([]byte, 8), ReduceArgs{DType: reduce.Float32, Op: reduce.BAnd}, Opts{})
 	require.ErrorIs(t, err, ErrInvalid)
-	_, err = pgs[0].Broadcast(nil, 5, 0)
+	_, err = pgs[0].Broadcast(nil, 5, Opts{})
 	require.ErrorIs(t, err, ErrInvalid)
-	_, err = pgs[0].AllGather(make([]byte, 8), [][]byte{make([]byte, 8)}, 0)
+	_, err = pgs[0].AllGather(make([]byte, 8), [][]byte{make([]byte, 8)}, Opts{})
 	require.ErrorIs(t, err, ErrInvalid)
-	_, err = pgs[0].Send(nil, 2, 0, 0)
+	_, err = pgs[0].Send(nil, 2, 0, Opts{})
 	require.ErrorIs(t, err, ErrInvalid)
 }
 
@@ -342,5 +342,29 @@ func TestMonitoredBarrier(t *testing.T) {
 			require.Contains(t, errs[0].Error(), "rank 2 did not arrive")
 		}
 		require.ErrorIs(t, errs[1], ErrNotArrived)
+	}
+}
+
+func TestInlineAndQueuedKeepOrder(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5} {
+		pgs, _ := group(t, n, 5*time.Second)
+		bufs := make([][][]byte, n)
+		requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+			var last *Work
+			for k := 0; k < 4; k++ {
+				bufs[r] = append(bufs[r], i64s(int64(r+k)))
+				w, err := pg.AllReduce(bufs[r][k], ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{Inline: k == 3 || r%2 == 0})
+				if err != nil {
+					return nil, err
+				}
+				last = w
+			}
+			return last, nil
+		}))
+		for r := 0; r < n; r++ {
+			for k := 0; k < 4; k++ {
+				require.Equal(t, []int64{int64(n*(n-1)/2 + n*k)}, toI64(bufs[r][k]))
+			}
+		}
 	}
 }

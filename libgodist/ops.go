@@ -15,6 +15,16 @@ import (
 // who must keep them alive and untouched until the Work completes. timeout
 // <= 0 means the group's default.
 
+// Opts are per-call options of an operation.
+type Opts struct {
+	// Timeout bounds the operation; <= 0 means the group's default.
+	Timeout time.Duration
+	// Inline runs a collective on the calling goroutine when no earlier
+	// collective is queued (the caller is about to wait for it anyway):
+	// this saves the hand-off to the executor for small synchronous ops.
+	Inline bool
+}
+
 // ReduceArgs describes the data of a reducing collective.
 type ReduceArgs struct {
 	DType  reduce.DType
@@ -58,24 +68,24 @@ func (pg *ProcessGroup) checkList(op, what string, bufs [][]byte, size int) erro
 }
 
 // AllReduce reduces buf in place across the group.
-func (pg *ProcessGroup) AllReduce(buf []byte, a ReduceArgs, timeout time.Duration) (*Work, error) {
+func (pg *ProcessGroup) AllReduce(buf []byte, a ReduceArgs, o Opts) (*Work, error) {
 	s, err := a.spec("allreduce", buf)
 	if err != nil {
 		return nil, err
 	}
-	return pg.submit("allreduce", timeout, func(c *comm) error { return allReduce(c, buf, s) }), nil
+	return pg.submit("allreduce", o, func(c *comm) error { return allReduce(c, buf, s) }), nil
 }
 
 // Broadcast copies root's buf into every rank's buf.
-func (pg *ProcessGroup) Broadcast(buf []byte, root int, timeout time.Duration) (*Work, error) {
+func (pg *ProcessGroup) Broadcast(buf []byte, root int, o Opts) (*Work, error) {
 	if err := pg.checkRoot("broadcast", root); err != nil {
 		return nil, err
 	}
-	return pg.submit("broadcast", timeout, func(c *comm) error { return broadcast(c, buf, root) }), nil
+	return pg.submit("broadcast", o, func(c *comm) error { return broadcast(c, buf, root) }), nil
 }
 
 // Reduce reduces every rank's buf into root's buf.
-func (pg *ProcessGroup) Reduce(buf []byte, root int, a ReduceArgs, timeout time.Duration) (*Work, error) {
+func (pg *ProcessGroup) Reduce(buf []byte, root int, a ReduceArgs, o Opts) (*Work, error) {
 	if err := pg.checkRoot("reduce", root); err != nil {
 		return nil, err
 	}
@@ -83,19 +93,19 @@ func (pg *ProcessGroup) Reduce(buf []byte, root int, a ReduceArgs, timeout time.
 	if err != nil {
 		return nil, err
 	}
-	return pg.submit("reduce", timeout, func(c *comm) error { return reduceTo(c, buf, root, s) }), nil
+	return pg.submit("reduce", o, func(c *comm) error { return reduceTo(c, buf, root, s) }), nil
 }
 
 // AllGather copies every rank's in into outs[rank] on every rank.
-func (pg *ProcessGroup) AllGather(in []byte, outs [][]byte, timeout time.Duration) (*Work, error) {
+func (pg *ProcessGroup) AllGather(in []byte, outs [][]byte, o Opts) (*Work, error) {
 	if err := pg.checkList("allgather", "output list", outs, len(in)); err != nil {
 		return nil, err
 	}
-	return pg.submit("allgather", timeout, func(c *comm) error { return allGather(c, in, outs) }), nil
+	return pg.submit("allgather", o, func(c *comm) error { return allGather(c, in, outs) }), nil
 }
 
 // ReduceScatter leaves the reduction of every rank's ins[rank] in out.
-func (pg *ProcessGroup) ReduceScatter(ins [][]byte, out []byte, a ReduceArgs, timeout time.Duration) (*Work, error) {
+func (pg *ProcessGroup) ReduceScatter(ins [][]byte, out []byte, a ReduceArgs, o Opts) (*Work, error) {
 	if err := pg.checkList("reduce_scatter", "input list", ins, len(out)); err != nil {
 		return nil, err
 	}
@@ -103,12 +113,12 @@ func (pg *ProcessGroup) ReduceScatter(ins [][]byte, out []byte, a ReduceArgs, ti
 	if err != nil {
 		return nil, err
 	}
-	return pg.submit("reduce_scatter", timeout, func(c *comm) error { return reduceScatter(c, ins, out, s) }), nil
+	return pg.submit("reduce_scatter", o, func(c *comm) error { return reduceScatter(c, ins, out, s) }), nil
 }
 
 // Gather collects every rank's in into root's outs (outs is ignored
 // elsewhere).
-func (pg *ProcessGroup) Gather(in []byte, outs [][]byte, root int, timeout time.Duration) (*Work, error) {
+func (pg *ProcessGroup) Gather(in []byte, outs [][]byte, root int, o Opts) (*Work, error) {
 	if err := pg.checkRoot("gather", root); err != nil {
 		return nil, err
 	}
@@ -117,11 +127,11 @@ func (pg *ProcessGroup) Gather(in []byte, outs [][]byte, root int, timeout time.
 			return nil, err
 		}
 	}
-	return pg.submit("gather", timeout, func(c *comm) error { return gather(c, in, outs, root) }), nil
+	return pg.submit("gather", o, func(c *comm) error { return gather(c, in, outs, root) }), nil
 }
 
 // Scatter sends root's ins[i] to rank i's out (ins is ignored elsewhere).
-func (pg *ProcessGroup) Scatter(ins [][]byte, out []byte, root int, timeout time.Duration) (*Work, error) {
+func (pg *ProcessGroup) Scatter(ins [][]byte, out []byte, root int, o Opts) (*Work, error) {
 	if err := pg.checkRoot("scatter", root); err != nil {
 		return nil, err
 	}
@@ -130,12 +140,12 @@ func (pg *ProcessGroup) Scatter(ins [][]byte, out []byte, root int, timeout time
 			return nil, err
 		}
 	}
-	return pg.submit("scatter", timeout, func(c *comm) error { return scatter(c, ins, out, root) }), nil
+	return pg.submit("scatter", o, func(c *comm) error { return scatter(c, ins, out, root) }), nil
 }
 
 // AllToAll sends ins[j] to rank j's outs[rank]; blocks may differ in size
 // but each must match its counterpart on the other rank.
-func (pg *ProcessGroup) AllToAll(ins, outs [][]byte, timeout time.Duration) (*Work, error) {
+func (pg *ProcessGroup) AllToAll(ins, outs [][]byte, o Opts) (*Work, error) {
 	if err := pg.checkList("alltoall", "input list", ins, -1); err != nil {
 		return nil, err
 	}
@@ -145,24 +155,25 @@ func (pg *ProcessGroup) AllToAll(ins, outs [][]byte, timeout time.Duration) (*Wo
 	if len(ins[pg.cfg.Rank]) != len(outs[pg.cfg.Rank]) {
 		return nil, invalidf("alltoall: this rank sends itself %d bytes but expects %d", len(ins[pg.cfg.Rank]), len(outs[pg.cfg.Rank]))
 	}
-	return pg.submit("alltoall", timeout, func(c *comm) error { return allToAll(c, ins, outs) }), nil
+	return pg.submit("alltoall", o, func(c *comm) error { return allToAll(c, ins, outs) }), nil
 }
 
 // Barrier completes once every rank has entered it.
-func (pg *ProcessGroup) Barrier(timeout time.Duration) (*Work, error) {
-	return pg.submit("barrier", timeout, barrier), nil
+func (pg *ProcessGroup) Barrier(o Opts) (*Work, error) {
+	return pg.submit("barrier", o, barrier), nil
 }
 
 // Send sends buf to peer under a user tag. It bypasses the collective queue;
 // sends to one peer keep their order. The send is eager: it completes once
 // the bytes are handed to the transport.
-func (pg *ProcessGroup) Send(buf []byte, peer int, tag int64, timeout time.Duration) (*Work, error) {
+func (pg *ProcessGroup) Send(buf []byte, peer int, tag int64, o Opts) (*Work, error) {
 	if peer < 0 || peer >= pg.cfg.Size {
 		return nil, invalidf("send: destination rank %d is out of range for a group of %d", peer, pg.cfg.Size)
 	}
 	if err := pg.usable(); err != nil {
 		return nil, err
 	}
+	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = pg.cfg.Timeout
 	}
@@ -177,13 +188,14 @@ func (pg *ProcessGroup) Send(buf []byte, peer int, tag int64, timeout time.Durat
 
 // Recv receives len(buf) bytes from peer (or transport.AnySource) under a
 // user tag. The Work's Source is the sender.
-func (pg *ProcessGroup) Recv(buf []byte, peer int, tag int64, timeout time.Duration) (*Work, error) {
+func (pg *ProcessGroup) Recv(buf []byte, peer int, tag int64, o Opts) (*Work, error) {
 	if peer != transport.AnySource && (peer < 0 || peer >= pg.cfg.Size) {
 		return nil, invalidf("recv: source rank %d is out of range for a group of %d", peer, pg.cfg.Size)
 	}
 	if err := pg.usable(); err != nil {
 		return nil, err
 	}
+	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = pg.cfg.Timeout
 	}

@@ -33,9 +33,9 @@ func (c Config) validate() error {
 }
 
 // ProcessGroup runs the collectives of one group on one rank. Collectives
-// are executed one at a time in issue order by an executor goroutine
-// (c10d semantics: every rank issues the same collectives in the same
-// order); point-to-point operations bypass the queue.
+// are executed one at a time in issue order (c10d semantics: every rank
+// issues the same collectives in the same order), see executor.go;
+// point-to-point operations bypass the queue.
 type ProcessGroup struct {
 	cfg Config
 	tr  transport.Transport
@@ -44,11 +44,10 @@ type ProcessGroup struct {
 	seq     atomic.Uint64 // last sequence number handed out
 	entered atomic.Uint64 // sequence number of the collective running or last run
 
-	queue    chan *task
-	ctx      context.Context // canceled by Close/Abort
-	cancel   context.CancelCauseFunc
-	execDone chan struct{}
-	ctlDone  chan struct{}
+	exec    executor
+	ctx     context.Context // canceled by Close/Abort
+	cancel  context.CancelCauseFunc
+	ctlDone chan struct{}
 
 	mu     sync.Mutex
 	broken error // first fatal error; guarded by mu
@@ -63,9 +62,6 @@ type task struct {
 	timeout time.Duration
 	run     func(c *comm) error
 }
-
-// queueDepth bounds the number of collectives queued but not started.
-const queueDepth = 1 << 14
 
 // NewWithTransport builds a connected group over an existing transport
 // (used for in-memory tests and for size-1 groups).
@@ -83,13 +79,13 @@ func NewWithTransport(cfg Config, tr transport.Transport) (*ProcessGroup, error)
 
 func newPG(cfg Config) *ProcessGroup {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &ProcessGroup{cfg: cfg, queue: make(chan *task, queueDepth), ctx: ctx, cancel: cancel,
-		execDone: make(chan struct{}), ctlDone: make(chan struct{})}
+	pg := &ProcessGroup{cfg: cfg, ctx: ctx, cancel: cancel, ctlDone: make(chan struct{})}
+	pg.exec.init(pg)
+	return pg
 }
 
 func (pg *ProcessGroup) start(tr transport.Transport) {
 	pg.tr = tr
-	go pg.execute()
 	go pg.controlLoop()
 }
 
@@ -130,62 +126,6 @@ func (pg *ProcessGroup) usable() error {
 		return fmt.Errorf("godist: group %q: %w: %v", pg.cfg.Group, ErrBroken, pg.broken)
 	}
 	return nil
-}
-
-// submit queues a collective and returns its Work.
-func (pg *ProcessGroup) submit(op string, timeout time.Duration, run func(c *comm) error) *Work {
-	if timeout <= 0 {
-		timeout = pg.cfg.Timeout
-	}
-	seq := pg.seq.Add(1)
-	w := newWork(op, seq)
-	if err := pg.usable(); err != nil {
-		w.finish(err, -1)
-		return w
-	}
-	select {
-	case pg.queue <- &task{w: w, timeout: timeout, run: run}:
-	case <-pg.ctx.Done():
-		w.finish(fmt.Errorf("godist: group %q: %w", pg.cfg.Group, ErrClosed), -1)
-	}
-	return w
-}
-
-// execute runs queued collectives in order until the group closes.
-func (pg *ProcessGroup) execute() {
-	defer close(pg.execDone)
-	for {
-		select {
-		case t := <-pg.queue:
-			pg.runTask(t)
-		case <-pg.ctx.Done():
-			// Fail whatever is still queued.
-			for {
-				select {
-				case t := <-pg.queue:
-					t.w.finish(fmt.Errorf("godist: %s (seq %d) in group %q: %w", t.w.Op, t.w.Seq, pg.cfg.Group, ErrClosed), -1)
-				default:
-					return
-				}
-			}
-		}
-	}
-}
-
-func (pg *ProcessGroup) runTask(t *task) {
-	pg.entered.Store(t.w.Seq)
-	if err := pg.usable(); err != nil {
-		t.w.finish(fmt.Errorf("godist: %s (seq %d): %w", t.w.Op, t.w.Seq, err), -1)
-		return
-	}
-	ctx, cancel := context.WithTimeout(pg.ctx, t.timeout)
-	c := &comm{tr: pg.tr, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size}
-	err := safeRun(t.run, c)
-	cancel()
-	if err != nil {
-		err = pg.opError(t, err)
-	}
-	t.w.finish(err, -1)
 }
 
 // safeRun turns a panic inside an algorithm into an error, so one bad op
@@ -253,7 +193,7 @@ func (pg *ProcessGroup) shutdown(abortErr error) {
 			rdv.close()
 		}
 		if tr != nil {
-			<-pg.execDone
+			pg.exec.waitIdle()
 			<-pg.ctlDone
 			if abortErr == nil {
 				_ = tr.Close()

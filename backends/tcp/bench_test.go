@@ -1,0 +1,50 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// BenchmarkPingPong measures one round trip between two ranks over
+// loopback TCP (send, then wait for the echo).
+func BenchmarkPingPong(b *testing.B) {
+	for _, size := range []int{8, 4 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			t := &testing.T{}
+			trs := connectLoopback(t, 2)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			buf0, buf1 := make([]byte, size), make([]byte, size)
+			b.SetBytes(int64(2 * size))
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < b.N; i++ {
+					if err := trs[1].PostRecv(0, transport.P2PTag(0), buf1).Wait(ctx); err != nil {
+						panic(err)
+					}
+					if err := trs[1].Send(ctx, 0, transport.P2PTag(1), buf1); err != nil {
+						panic(err)
+					}
+				}
+			}()
+			for i := 0; i < b.N; i++ {
+				r := trs[0].PostRecv(1, transport.P2PTag(1), buf0)
+				if err := trs[0].Send(ctx, 1, transport.P2PTag(0), buf0); err != nil {
+					b.Fatal(err)
+				}
+				if err := r.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wg.Wait()
+		})
+	}
+}
