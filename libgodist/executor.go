@@ -107,4 +107,3 @@ func (pg *ProcessGroup) runTask(t *task) {
 	}
 	t.w.finish(err, -1)
 }
-
