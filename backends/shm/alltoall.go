@@ -1,0 +1,139 @@
+package shm
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// AllToAll sends ins[q] to local rank q and receives rank q's block for
+// this rank into outs[q]. Blocks may differ in size; len(outs[q]) must equal
+// len(ins_q[rank]) on rank q. A rank whose outs[q] has the wrong size gets
+// an error wrapping transport.ErrSizeMismatch (that block is left alone,
+// the others are delivered, and the arena stays usable). No outs[q] may
+// overlap any ins[r], except outs[rank] being ins[rank].
+//
+// Protocol: every rank's data slot half holds a table of the sizes it
+// sends (Size u64, rounded up to a cache line) followed by Size regions of
+// per bytes. Step s0 carries the tables and the first per bytes of every
+// block; after every peer's step s0 each rank knows the largest block in
+// the group and so the number of rounds, ceil(max/per). In round i every
+// rank copies bytes [i*per, (i+1)*per) of each ins[q] into region q,
+// publishes the step, and after every peer's step copies region rank of
+// each peer's slot into outs[q]. The next round's copy-in overlaps the
+// current copy-out, as in AllGather.
+func (a *Arena) AllToAll(ctx context.Context, ins, outs [][]byte) error {
+	const op = "alltoall"
+	if len(ins) != a.size || len(outs) != a.size {
+		return invalidf("%s: %d input and %d output buffers for %d local ranks", op, len(ins), len(outs), a.size)
+	}
+	for q, o := range outs {
+		for r, in := range ins {
+			if overlap(o, in) && !(q == a.rank && r == a.rank && same(o, in)) {
+				return invalidf("%s: output %d overlaps input %d", op, q, r)
+			}
+		}
+	}
+	if len(outs[a.rank]) != len(ins[a.rank]) {
+		return invalidf("%s: this rank's own block is %d bytes in and %d bytes out", op, len(ins[a.rank]), len(outs[a.rank]))
+	}
+	c, err := a.begin(ctx, op)
+	if err != nil {
+		return err
+	}
+	if a.size > 1 {
+		err = a.allToAll(&c, ins, outs)
+	}
+	if !fatal(err) {
+		copy(outs[a.rank], ins[a.rank])
+	}
+	return a.end(err)
+}
+
+func (a *Arena) allToAll(c *opCtx, ins, outs [][]byte) error {
+	me, P := a.rank, a.size
+	d := desc{kind: kindAllToAll}
+	tbl := alignUp(8*P, lineSize)
+	per := (a.lay.chunk - tbl) / P
+	if per >= lineSize {
+		per = per / lineSize * lineSize
+	}
+	write := func(s uint64, i int) {
+		base := a.lay.buf(me, s)
+		for q := 0; q < P; q++ {
+			if i == 0 {
+				*(*uint64)(a.ptr(base + 8*q)) = uint64(len(ins[q]))
+			}
+			if lo := i * per; q != me && lo < len(ins[q]) {
+				hi := min(len(ins[q]), lo+per)
+				copy(a.bytes(base+tbl+q*per, hi-lo), ins[q][lo:hi])
+			}
+		}
+	}
+	s0 := a.step
+	if err := a.waitFree(c, s0); err != nil {
+		return err
+	}
+	write(s0, 0)
+	a.pubA(s0, d)
+	if err := a.gatherA(c, s0, d, false); err != nil {
+		return err // only a desync can differ here
+	}
+	maxBlk := 0
+	for q, in := range ins {
+		if q != me {
+			maxBlk = max(maxBlk, len(in))
+		}
+	}
+	var mismatch error
+	skip := a.scratch[:0]
+	for q := 0; q < P; q++ {
+		skip = append(skip, false)
+		if q == me {
+			continue
+		}
+		base := a.lay.buf(q, s0)
+		for r := 0; r < P; r++ {
+			v := *(*uint64)(a.ptr(base + 8*r))
+			if r == q || v > 1<<56 {
+				continue
+			}
+			maxBlk = max(maxBlk, int(v))
+			if r == me && v != uint64(len(outs[q])) {
+				skip[q] = true
+				if mismatch == nil {
+					mismatch = &transport.PeerError{Op: c.op, Peer: a.globalRank(q), Err: fmt.Errorf("%w: local rank %d sends %d bytes, this rank expects %d",
+						transport.ErrSizeMismatch, q, v, len(outs[q]))}
+				}
+			}
+		}
+	}
+	a.scratch = skip
+	rounds := chunks(maxBlk, per)
+	for i := 0; i < rounds; i++ {
+		s := s0 + uint64(i)
+		if i > 0 {
+			if err := a.gatherA(c, s, d, false); err != nil {
+				return err
+			}
+		}
+		if i+1 < rounds {
+			if err := a.waitFree(c, s+1); err != nil {
+				return err
+			}
+			write(s+1, i+1)
+			a.pubA(s+1, d)
+		}
+		for k := 1; k < P; k++ {
+			q := (me + k) % P
+			if lo := i * per; !skip[q] && lo < len(outs[q]) {
+				hi := min(len(outs[q]), lo+per)
+				copy(outs[q][lo:hi], a.bytes(a.lay.buf(q, s)+tbl+me*per, hi-lo))
+			}
+		}
+		a.pubD(s)
+	}
+	a.step = s0 + uint64(rounds)
+	return mismatch
+}

@@ -1,0 +1,395 @@
+package shm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// Point-to-point messages. Every ordered pair (src, dst) has a byte ring in
+// the arena written only by src (head) and read only by dst (tail). A
+// message is a 16-byte header (u64 tag, u64 length) followed by its bytes,
+// wrapping around the ring; the sender streams messages larger than the
+// ring in pieces of at most a quarter ring, publishing head after each, and
+// the receiver consumes them as they come. After publishing, the sender
+// bumps dst's doorbell and wakes it if dst's receiver sleeps.
+//
+// Each rank that receives runs one receiver goroutine (started by Attach)
+// that scans its incoming rings and hands each message to a
+// transport.Mailbox with Deliver, which reads it straight into a posted
+// receive or stores it. The receiver uses the wait policy (without the
+// spin phase) on its doorbell and sleeps up to WaitPolicy.Idle when idle.
+//
+// A send that fails after part of a message was published (deadline,
+// Close) cuts the channel: it sets the channel's broken flag; the receiver
+// then fails the peer in the mailbox with transport.ErrConnLost, as TCP
+// does when a connection breaks.
+
+// maxMessage bounds a message length read from a ring.
+const maxMessage = 1 << 46
+
+// p2pState is the point-to-point state of one arena.
+type p2pState struct {
+	mu   sync.Mutex
+	mb   *transport.Mailbox // guarded by mu
+	done chan struct{}      // closed when the receiver exits; guarded by mu
+
+	sendMu []sync.Mutex // per destination: one message at a time
+	head   []uint64     // per destination: bytes written; guarded by sendMu
+}
+
+func (st *p2pState) init(size int) {
+	st.sendMu = make([]sync.Mutex, size)
+	st.head = make([]uint64, size)
+}
+
+func (st *p2pState) mailbox() *transport.Mailbox {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.mb
+}
+
+// stop waits for the receiver goroutine, if any, to exit. Called by
+// shutdown after setting closing and waking the doorbells.
+func (st *p2pState) stop() {
+	st.mu.Lock()
+	done := st.done
+	st.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// Attach starts delivering the point-to-point messages sent to this rank
+// into mb, which is indexed by group rank (Config.GlobalRanks): a message
+// from local rank q arrives as coming from GlobalRank(q). One mailbox may
+// serve other transports too. Attach may be called once; the receiver
+// goroutine it starts ends with Close. Peers that close are failed in mb
+// with transport.ErrPeerGone once their messages are drained; peers that
+// die or cut a message, with transport.ErrConnLost. The caller owns mb:
+// Close does not fail it. If mb.OnStuck is used, it should call BreakPeer.
+func (a *Arena) Attach(mb *transport.Mailbox) error {
+	if mb == nil {
+		return invalidf("attach: nil mailbox")
+	}
+	if err := a.enter("attach"); err != nil {
+		return err
+	}
+	st := &a.p2p
+	st.mu.Lock()
+	if st.mb != nil {
+		st.mu.Unlock()
+		a.exit()
+		return invalidf("attach: a mailbox is already attached")
+	}
+	st.mb = mb
+	st.done = make(chan struct{})
+	done := st.done
+	st.mu.Unlock()
+	go a.recvLoop(mb, done) // keeps the shared hold on a.life until it exits
+	return nil
+}
+
+// BreakPeer cuts the channel from local rank q to this rank, so that a
+// message being read from it ends with transport.ErrConnLost (for
+// Mailbox.OnStuck). The channel stays unusable.
+func (a *Arena) BreakPeer(q int) {
+	if q < 0 || q >= a.size || q == a.rank {
+		return
+	}
+	if a.enter("break") != nil {
+		return
+	}
+	defer a.exit()
+	a.u32(a.lay.ch(q, a.rank) + chBroken).Store(1)
+	bell := a.ctl(a.rank) + ctlBell
+	a.u32(bell).Add(1)
+	futexWake((*uint32)(a.ptr(bell)))
+}
+
+// Send delivers data to local rank peer under tag: it returns once the
+// bytes are in peer's ring (the arena does not keep data afterwards). peer
+// must have attached a mailbox for messages to be consumed; a message
+// larger than the free ring space waits for peer's receiver to drain it.
+// Sending to this rank delivers into the attached mailbox directly. Sends
+// to one peer are serialized; sends to different peers may run at once.
+//
+// Errors are *transport.PeerError (Op "send") wrapping ErrTimeout (ctx
+// ended first; if part of the message was already published the channel is
+// cut), ErrPeerGone, ErrConnLost, or transport.ErrClosed after Close.
+func (a *Arena) Send(ctx context.Context, peer int, tag transport.Tag, data []byte) error {
+	const op = "send"
+	if peer < 0 || peer >= a.size {
+		return &transport.PeerError{Op: op, Peer: peer, Err: fmt.Errorf("%w: local rank %d is out of range for %d local ranks", ErrInvalid, peer, a.size)}
+	}
+	if err := a.enter(op); err != nil {
+		return err
+	}
+	defer a.exit()
+	if peer == a.rank {
+		mb := a.p2p.mailbox()
+		if mb == nil {
+			return invalidf("send to self: no mailbox attached")
+		}
+		if err := mb.Err(); err != nil {
+			return &transport.PeerError{Op: op, Peer: a.globalRank(peer), Err: err}
+		}
+		return mb.Deliver(a.globalRank(peer), tag, len(data), bytes.NewReader(data))
+	}
+	st := &a.p2p
+	st.sendMu[peer].Lock()
+	defer st.sendMu[peer].Unlock()
+	ch := a.lay.ch(a.rank, peer)
+	ring := a.lay.ring
+	broken := a.u32(ch + chBroken)
+	if broken.Load() != 0 {
+		return &transport.PeerError{Op: op, Peer: a.globalRank(peer), Err: fmt.Errorf("%w: the channel to local rank %d was cut", transport.ErrConnLost, peer)}
+	}
+	if err := a.peerErr(op, peer, false); err != nil {
+		return err
+	}
+	c := newOpCtx(ctx, op)
+	tail := a.u64(ch + chTail)
+	head := st.head[peer]
+	var h [msgHdr]byte
+	binary.LittleEndian.PutUint64(h[0:], uint64(tag))
+	binary.LittleEndian.PutUint64(h[8:], uint64(len(data)))
+	// The header is published whole, with the first piece of data.
+	if err := a.waitSpace(&c, peer, ch, head, msgHdr); err != nil {
+		return err
+	}
+	a.ringCopy(ch, head, h[:], true)
+	head += msgHdr
+	rest := data
+	for {
+		free := uint64(ring) - (head - tail.Load())
+		if len(rest) > 0 && free > 0 {
+			k := min(int(free), len(rest))
+			if k < len(rest) {
+				k = min(k, ring/4) // stream: let the receiver start
+			}
+			a.ringCopy(ch, head, rest[:k], true)
+			head += uint64(k)
+			rest = rest[k:]
+		}
+		a.u64(ch + chHead).Store(head)
+		a.ring(peer)
+		if len(rest) == 0 {
+			break
+		}
+		if err := a.waitSpace(&c, peer, ch, head, 1); err != nil {
+			broken.Store(1)
+			a.ring(peer)
+			return err
+		}
+	}
+	st.head[peer] = head
+	return nil
+}
+
+// ring bumps peer's doorbell and wakes its receiver if it sleeps.
+func (a *Arena) ring(peer int) {
+	bell := a.ctl(peer) + ctlBell
+	a.u32(bell).Add(1)
+	if a.u32(bell+4).Load() != 0 {
+		futexWake((*uint32)(a.ptr(bell)))
+	}
+}
+
+// waitSpace waits until the ring of channel ch has need free bytes when
+// this rank has written head bytes into it.
+func (a *Arena) waitSpace(c *opCtx, peer, ch int, head uint64, need int) error {
+	tail := a.u64(ch + chTail)
+	ring := uint64(a.lay.ring)
+	ready := func() bool { return ring-(head-tail.Load()) >= uint64(need) }
+	if ready() {
+		return nil
+	}
+	broken := a.u32(ch + chBroken)
+	return a.waitLoop(ready, a.low(ch+chTail), a.u32(ch+chSendSleep), c.dl, func(now time.Time, live bool) error {
+		if broken.Load() != 0 {
+			return &transport.PeerError{Op: c.op, Peer: a.globalRank(peer), Err: fmt.Errorf("%w: the channel to local rank %d was cut", transport.ErrConnLost, peer)}
+		}
+		return a.checkWait(c, peer, now, live)
+	})
+}
+
+// ringCopy copies between b and the ring of channel ch at stream position
+// pos (into the ring when in, else out of it), wrapping around.
+func (a *Arena) ringCopy(ch int, pos uint64, b []byte, in bool) {
+	ring := a.lay.ring
+	off := int(pos % uint64(ring))
+	first := min(len(b), ring-off)
+	r1 := a.bytes(ch+chRing+off, first)
+	r2 := a.bytes(ch+chRing, len(b)-first)
+	if in {
+		copy(r1, b)
+		copy(r2, b[first:])
+	} else {
+		copy(b, r1)
+		copy(b[first:], r2)
+	}
+}
+
+// consume advances this rank's tail of channel ch (from src) by k bytes
+// and wakes src's sender if it waits for space.
+func (a *Arena) consume(ch int, tail *uint64, k int) {
+	*tail += uint64(k)
+	a.u64(ch + chTail).Store(*tail)
+	if a.u32(ch+chSendSleep).Load() != 0 {
+		futexWake(a.low(ch + chTail))
+	}
+}
+
+// recvLoop is the receiver goroutine started by Attach. It holds a.life
+// shared until it returns (when the arena closes).
+func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
+	defer close(done)
+	defer a.life.RUnlock()
+	P, me := a.size, a.rank
+	tails := make([]uint64, P)
+	gone := make([]bool, P)
+	bellOff := a.ctl(me) + ctlBell
+	bell, sleeping := a.u32(bellOff), a.u32(bellOff+4)
+	idleSince := time.Now()
+	nextCheck := idleSince
+	for !a.closing.Load() {
+		b := bell.Load()
+		progressed := false
+		for k := 1; k < P; k++ {
+			src := (me + k) % P
+			if gone[src] {
+				continue
+			}
+			ok, err := a.recvOne(mb, src, &tails[src])
+			if err != nil {
+				gone[src] = true
+				mb.FailPeer(a.globalRank(src), err)
+				continue
+			}
+			progressed = progressed || ok
+		}
+		if a.closing.Load() {
+			return
+		}
+		now := time.Now()
+		if progressed {
+			idleSince = now
+			continue
+		}
+		if !now.Before(nextCheck) {
+			nextCheck = now.Add(a.pol.Liveness)
+			for src := 0; src < P; src++ {
+				if src == me || gone[src] {
+					continue
+				}
+				err := a.peerErr("recv", src, true)
+				if err == nil {
+					continue
+				}
+				// A peer that closed may have left messages: drain them first.
+				if errors.Is(err, transport.ErrPeerGone) && a.u64(a.lay.ch(src, me)+chHead).Load() != tails[src] {
+					continue
+				}
+				gone[src] = true
+				mb.FailPeer(a.globalRank(src), err)
+			}
+		}
+		if now.Sub(idleSince) < a.pol.Yield {
+			runtime.Gosched()
+			schedYield()
+			continue
+		}
+		sleeping.Add(1)
+		if bell.Load() == b && !a.closing.Load() {
+			futexWait((*uint32)(a.ptr(bellOff)), b, a.pol.Idle)
+		}
+		sleeping.Add(^uint32(0))
+		nextCheck = time.Time{} // check the peers after every sleep
+	}
+}
+
+// recvOne delivers the next message from src into mb, if one has started
+// to arrive. It reports whether it delivered one, or an error after which
+// src's channel is unusable.
+func (a *Arena) recvOne(mb *transport.Mailbox, src int, tail *uint64) (bool, error) {
+	ch := a.lay.ch(src, a.rank)
+	if a.u32(ch+chBroken).Load() != 0 {
+		return false, &transport.PeerError{Op: "recv", Peer: a.globalRank(src),
+			Err: fmt.Errorf("%w: local rank %d cut a message short", transport.ErrConnLost, src)}
+	}
+	if a.u64(ch+chHead).Load()-*tail < msgHdr {
+		return false, nil
+	}
+	var h [msgHdr]byte
+	a.ringCopy(ch, *tail, h[:], false)
+	a.consume(ch, tail, msgHdr)
+	tag, n := binary.LittleEndian.Uint64(h[0:]), binary.LittleEndian.Uint64(h[8:])
+	if n > maxMessage {
+		return true, &transport.PeerError{Op: "recv", Peer: a.globalRank(src),
+			Err: fmt.Errorf("%w: corrupt message header from local rank %d (length %d)", transport.ErrConnLost, src, n)}
+	}
+	rd := ringReader{a: a, src: src, ch: ch, tail: tail, left: int(n)}
+	if err := mb.Deliver(a.globalRank(src), transport.Tag(tag), int(n), &rd); err != nil {
+		var pe *transport.PeerError
+		if !errors.As(err, &pe) {
+			err = &transport.PeerError{Op: "recv", Peer: a.globalRank(src), Err: err}
+		}
+		return true, err
+	}
+	return true, nil
+}
+
+// ringReader reads the payload of one message from a ring, waiting for the
+// sender to publish more when it has read everything published.
+type ringReader struct {
+	a    *Arena
+	src  int
+	ch   int
+	tail *uint64
+	left int
+}
+
+func (r *ringReader) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	a := r.a
+	head := a.u64(r.ch + chHead)
+	broken := a.u32(r.ch + chBroken)
+	if head.Load() == *r.tail {
+		bellOff := a.ctl(a.rank) + ctlBell
+		err := a.waitLoop(func() bool { return head.Load() != *r.tail || broken.Load() != 0 },
+			(*uint32)(a.ptr(bellOff)), a.u32(bellOff+4), time.Time{},
+			func(now time.Time, live bool) error {
+				if a.closing.Load() {
+					return errClosed("recv")
+				}
+				return a.peerErr("recv", r.src, live)
+			})
+		if err != nil {
+			return 0, err
+		}
+	}
+	avail := head.Load() - *r.tail
+	if avail == 0 {
+		return 0, &transport.PeerError{Op: "recv", Peer: a.globalRank(r.src),
+			Err: fmt.Errorf("%w: local rank %d cut a message short", transport.ErrConnLost, r.src)}
+	}
+	k := min(int(min(avail, uint64(r.left))), len(p))
+	a.ringCopy(r.ch, *r.tail, p[:k], false)
+	a.consume(r.ch, r.tail, k)
+	r.left -= k
+	return k, nil
+}

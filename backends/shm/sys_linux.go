@@ -1,0 +1,135 @@
+//go:build linux
+
+package shm
+
+import (
+	"errors"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+const (
+	futexWaitOp  = 0 // FUTEX_WAIT, not private: the word is shared between processes
+	futexWakeOp  = 1 // FUTEX_WAKE
+	sysPidfdOpen = 434
+	pollIn       = 0x1
+)
+
+const supported = true
+
+// futexWait sleeps while *addr == val, for at most d (or until woken).
+func futexWait(addr *uint32, val uint32, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	ts := syscall.NsecToTimespec(d.Nanoseconds())
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes every sleeper on addr, in any process.
+func futexWake(addr *uint32) {
+	syscall.RawSyscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, math.MaxInt32, 0, 0, 0)
+}
+
+// schedYield gives the CPU to another runnable thread, if any.
+func schedYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// openPidfd returns a pidfd for pid, or -1 when the kernel has none
+// (before Linux 5.3) or it is not permitted.
+func openPidfd(pid int) int {
+	fd, _, e := syscall.RawSyscall(sysPidfdOpen, uintptr(pid), 0, 0)
+	if e != 0 {
+		return -1
+	}
+	return int(fd) // pidfd_open sets close-on-exec
+}
+
+func closeFD(fd int) { _ = syscall.Close(fd) }
+
+type pollFd struct {
+	fd      int32
+	events  int16
+	revents int16
+}
+
+// exited reports whether the process pid (with pidfd, or -1) has ended. A
+// pidfd also sees a zombie as ended; kill(pid, 0) does not.
+func exited(pid, pidfd int) bool {
+	if pidfd >= 0 {
+		fds := pollFd{fd: int32(pidfd), events: pollIn}
+		var ts syscall.Timespec
+		n, _, e := syscall.RawSyscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds)), 1,
+			uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		return e == 0 && n == 1 && fds.revents != 0
+	}
+	return syscall.Kill(pid, 0) == syscall.ESRCH
+}
+
+// pidNamespace returns the inode of this process's pid namespace, or 0.
+func pidNamespace() uint64 {
+	s, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return 0
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "pid:["), "]")
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
+}
+
+// createFile creates path exclusively with total bytes reserved (so a full
+// /dev/shm fails here, not with SIGBUS on first touch) and maps it.
+func createFile(path string, total int) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, &os.PathError{Op: "create", Path: path, Err: err}
+	}
+	defer closeFD(fd)
+	fail := func(op string, err error) ([]byte, error) {
+		_ = syscall.Unlink(path)
+		return nil, &os.PathError{Op: op, Path: path, Err: err}
+	}
+	if err := syscall.Ftruncate(fd, int64(total)); err != nil {
+		return fail("truncate", err)
+	}
+	if err := syscall.Fallocate(fd, 0, 0, int64(total)); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
+		return fail("allocate", err)
+	}
+	mem, err := syscall.Mmap(fd, 0, total, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return fail("mmap", err)
+	}
+	return mem, nil
+}
+
+// openFile opens an existing arena file; it returns fs.ErrNotExist (in an
+// *os.PathError) while the file is not there.
+func openFile(path string) (int, error) {
+	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return fd, nil
+}
+
+// fileSize returns the size of the open file fd.
+func fileSize(fd int) (int64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return 0, err
+	}
+	return st.Size, nil
+}
+
+func mapFD(fd, n int) ([]byte, error) {
+	return syscall.Mmap(fd, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+}
+
+func unmap(mem []byte) error { return syscall.Munmap(mem) }
+
+func unlink(path string) error { return syscall.Unlink(path) }

@@ -1,0 +1,138 @@
+package shm
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// The wait policy. A rank that needs a word a peer publishes goes through
+// three phases, each bounded by WaitPolicy:
+//
+//  1. Spin (only when the local ranks fit on the CPUs): poll the word with
+//     a CPU pause hint for WaitPolicy.Spin. A peer that is running on
+//     another core answers within a cache-line transfer (~0.1 µs).
+//  2. Yield: poll, then runtime.Gosched and the sched_yield syscall, for
+//     WaitPolicy.Yield. When ranks outnumber cores this hands the core to
+//     the very rank being waited for, which is what makes 8 ranks on 2
+//     cores fast; pure spinning would keep it off the CPU for a whole time
+//     slice.
+//  3. Sleep: register in the owner's sleeper count for the word, re-check,
+//     and FUTEX_WAIT on the word's low 32 bits for at most WaitPolicy.Sleep.
+//     The owner, after each publish, issues FUTEX_WAKE only when the
+//     sleeper count is non-zero, so publishing costs one load when nobody
+//     sleeps. (Both sides use sequentially consistent atomics: either the
+//     owner sees the count or the sleeper sees the new value.)
+//
+// Between polls the waiter checks, in this order: this rank closing, the
+// deadline, the context, the awaited peer's state word (closed or failed),
+// and every WaitPolicy.Liveness whether the peer's process still exists
+// (pidfd, else kill(pid, 0)). A sleeping waiter wakes at least every
+// WaitPolicy.Sleep to do so, and Close wakes every word at once.
+
+// opCtx is an operation's name and its way out: the context, its done
+// channel and its deadline (zero when none).
+type opCtx struct {
+	ctx  context.Context
+	done <-chan struct{}
+	op   string
+	dl   time.Time
+}
+
+func newOpCtx(ctx context.Context, op string) opCtx {
+	c := opCtx{ctx: ctx, done: ctx.Done(), op: op}
+	c.dl, _ = ctx.Deadline()
+	return c
+}
+
+// await waits until the 64-bit counter at off, owned by local rank q, is
+// at least target, and returns the value it saw. sleepIdx is the counter's
+// slot in q's sleeper counts.
+func (a *Arena) await(c *opCtx, q, off, sleepIdx int, target uint64) (uint64, error) {
+	w := a.u64(off)
+	if v := w.Load(); v >= target {
+		return v, nil
+	}
+	var v uint64
+	err := a.waitLoop(func() bool { v = w.Load(); return v >= target },
+		a.low(off), a.sleepers(q, sleepIdx), c.dl,
+		func(now time.Time, live bool) error { return a.checkWait(c, q, now, live) })
+	return v, err
+}
+
+// checkWait is the periodic check of a collective or send waiting for q.
+func (a *Arena) checkWait(c *opCtx, q int, now time.Time, live bool) error {
+	if a.closing.Load() {
+		return errClosed(c.op)
+	}
+	if !c.dl.IsZero() && !now.Before(c.dl) {
+		return &transport.PeerError{Op: c.op, Peer: a.globalRank(q),
+			Err: fmt.Errorf("%w: waiting for local rank %d", transport.ErrTimeout, q)}
+	}
+	select {
+	case <-c.done:
+		return &transport.PeerError{Op: c.op, Peer: a.globalRank(q), Err: ctxErr(c.ctx)}
+	default:
+	}
+	return a.peerErr(c.op, q, live)
+}
+
+// waitLoop runs the wait policy until ready reports true, or check (called
+// between polls with the time and whether a liveness check is due) returns
+// an error. word is the 32-bit futex word that changes whenever ready may
+// become true, and sleepers the count its owner reads before waking it.
+// deadline (zero: none) caps the sleeps.
+func (a *Arena) waitLoop(ready func() bool, word *uint32, sleepers *atomic.Uint32, deadline time.Time,
+	check func(now time.Time, live bool) error) error {
+	pol := &a.pol
+	start := time.Now()
+	if pol.Spin > 0 {
+		for i := 1; ; i++ {
+			if ready() {
+				return nil
+			}
+			pause()
+			if i%128 == 0 && (time.Since(start) >= pol.Spin || a.closing.Load()) {
+				break
+			}
+		}
+	}
+	nextLive := start.Add(pol.Liveness)
+	for {
+		now := time.Now()
+		live := !now.Before(nextLive)
+		if live {
+			nextLive = now.Add(pol.Liveness)
+		}
+		if err := check(now, live); err != nil {
+			if ready() {
+				return nil
+			}
+			return err
+		}
+		if now.Sub(start) < pol.Spin+pol.Yield {
+			runtime.Gosched()
+			schedYield()
+		} else {
+			d := min(pol.Sleep, nextLive.Sub(now))
+			if !deadline.IsZero() {
+				d = min(d, deadline.Sub(now)+time.Microsecond)
+			}
+			sleepers.Add(1)
+			v := atomic.LoadUint32(word)
+			if ready() {
+				sleepers.Add(^uint32(0))
+				return nil
+			}
+			futexWait(word, v, d)
+			sleepers.Add(^uint32(0))
+		}
+		if ready() {
+			return nil
+		}
+	}
+}
