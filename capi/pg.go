@@ -32,16 +32,17 @@ func init() {
 }
 
 // godist_pg_create creates a process group for rank of size ranks and starts
-// listening for its peers; *out receives its handle.
+// listening for its peers; *out receives its handle. transport is "" (shared
+// memory between co-located ranks, TCP otherwise) or "tcp" (TCP only).
 //
 //export godist_pg_create
-func godist_pg_create(rank, size C.int32_t, group *C.char, timeoutMs C.int64_t, bindHost *C.char, out *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+func godist_pg_create(rank, size C.int32_t, group *C.char, timeoutMs C.int64_t, bindHost *C.char, transport *C.char, out *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
 	if out == nil {
 		return finish(errors.New("godist_pg_create: NULL out"), errbuf, errlen)
 	}
 	pg, err := libgodist.New(libgodist.Config{Rank: int(rank), Size: int(size), Group: goString(group),
-		Timeout: millis(timeoutMs), BindHost: goString(bindHost)})
+		Timeout: millis(timeoutMs), BindHost: goString(bindHost), Transport: goString(transport)})
 	if err != nil {
 		return finish(err, errbuf, errlen)
 	}
@@ -134,6 +135,24 @@ func godist_pg_seq(h C.uint64_t, out *C.uint64_t, errbuf *C.char, errlen C.int32
 	}
 	if out != nil {
 		*out = C.uint64_t(pg.Seq())
+	}
+	return statusOK
+}
+
+// godist_pg_info reports whether the group's collectives use shared memory.
+//
+//export godist_pg_info
+func godist_pg_info(h C.uint64_t, sharedMemory *C.int32_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := lookup[*libgodist.ProcessGroup](uint64(h))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	if sharedMemory != nil {
+		*sharedMemory = 0
+		if pg.SharedMemory() {
+			*sharedMemory = 1
+		}
 	}
 	return statusOK
 }

@@ -48,7 +48,8 @@ var allReduceRDMax = 64 << 10
 
 // allReduce reduces buf in place across the group.
 //
-// Algorithms: recursive doubling (allreduce_rd.go) for small messages: log2(P)
+// Algorithms: with shared memory (co-located ranks), the arena's one-shot
+// or two-shot all-reduce (backends/shm); over TCP, recursive doubling (allreduce_rd.go) for small messages: log2(P)
 // exchanges of the whole buffer, lowest latency; ring reduce-scatter +
 // allgather (allreduce_ring.go) for large ones: 2(P-1)/P of the buffer on the
 // wire per rank, bandwidth-optimal. Both give bitwise identical results on
@@ -61,7 +62,9 @@ func allReduce(c *comm, buf []byte, s reduceSpec) error {
 	if c.size > 1 {
 		count := len(buf) / s.dt.Size()
 		var err error
-		if len(buf) <= allReduceRDMax || count < c.size {
+		if c.arena != nil {
+			err = c.arena.AllReduce(c.ctx, buf, s.dt.Size(), s.combine)
+		} else if len(buf) <= allReduceRDMax || count < c.size {
 			err = allReduceRD(c, buf, s)
 		} else {
 			err = allReduceRing(c, buf, s)

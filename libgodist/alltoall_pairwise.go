@@ -9,6 +9,9 @@ import "github.com/godist/godist/libgodist/transport"
 //
 // Steps: P-1; bytes sent per rank: everything but its own block.
 func allToAll(c *comm, ins, outs [][]byte) error {
+	if c.arena != nil {
+		return c.arena.AllToAll(c.ctx, ins, outs)
+	}
 	n, r := c.size, c.rank
 	rs := make([]*transport.Recv, 0, n-1)
 	for k := 1; k < n; k++ {

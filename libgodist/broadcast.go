@@ -6,6 +6,9 @@ package libgodist
 //
 // Steps: ceil(log2 P); the root sends the whole buffer ceil(log2 P) times.
 func broadcast(c *comm, buf []byte, root int) error {
+	if c.arena != nil {
+		return c.arena.Broadcast(c.ctx, buf, root)
+	}
 	n := c.size
 	vr := (c.rank - root + n) % n
 	mask := 1

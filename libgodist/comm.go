@@ -3,6 +3,7 @@ package libgodist
 import (
 	"context"
 
+	"github.com/godist/godist/backends/shm"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -10,11 +11,12 @@ import (
 // rank and size, and sends and receives tagged with the op's sequence
 // number and bounded by the op's deadline.
 type comm struct {
-	tr   transport.Transport
-	ctx  context.Context
-	seq  uint64
-	rank int
-	size int
+	tr    transport.Transport
+	arena *shm.Arena // non-nil when every rank shares this host's memory
+	ctx   context.Context
+	seq   uint64
+	rank  int
+	size  int
 }
 
 func (c *comm) tag(step uint16) transport.Tag { return transport.CollTag(c.seq, step) }

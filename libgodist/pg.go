@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/godist/godist/backends/shm"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -17,6 +18,7 @@ type Config struct {
 	Group      string        // the group's name (c10d group name)
 	Timeout    time.Duration // default deadline of each operation
 	BindHost   string        // TCP listen host; "" for all interfaces
+	Transport  string        // TransportAuto or TransportTCP (see topo.go)
 }
 
 func (c Config) validate() error {
@@ -37,9 +39,10 @@ func (c Config) validate() error {
 // issues the same collectives in the same order), see executor.go;
 // point-to-point operations bypass the queue.
 type ProcessGroup struct {
-	cfg Config
-	tr  transport.Transport
-	rdv *rendezvous // nil once connected or for in-memory groups
+	cfg   Config
+	tr    transport.Transport
+	arena *shm.Arena  // shared memory of co-located ranks, or nil
+	rdv   *rendezvous // nil once connected or for in-memory groups
 
 	seq     atomic.Uint64 // last sequence number handed out
 	entered atomic.Uint64 // sequence number of the collective running or last run
@@ -96,6 +99,13 @@ func (pg *ProcessGroup) Name() string { return pg.cfg.Group }
 
 // Seq is the sequence number of the last collective issued.
 func (pg *ProcessGroup) Seq() uint64 { return pg.seq.Load() }
+
+// SharedMemory reports whether the group's collectives use shared memory.
+func (pg *ProcessGroup) SharedMemory() bool {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	return pg.arena != nil
+}
 
 // Err returns the error that broke the group, if any.
 func (pg *ProcessGroup) Err() error {
@@ -183,10 +193,13 @@ func (pg *ProcessGroup) shutdown(abortErr error) {
 	pg.closeOnce.Do(func() {
 		pg.mu.Lock()
 		pg.closed = true
-		tr, rdv := pg.tr, pg.rdv
+		tr, rdv, arena := pg.tr, pg.rdv, pg.arena
 		pg.mu.Unlock()
 		if abortErr != nil && tr != nil {
 			tr.Abort(abortErr)
+		}
+		if abortErr != nil && arena != nil {
+			arena.Abort(abortErr)
 		}
 		pg.cancel(ErrClosed)
 		if rdv != nil {
@@ -196,6 +209,9 @@ func (pg *ProcessGroup) shutdown(abortErr error) {
 			pg.exec.waitIdle()
 			<-pg.ctlDone
 			if abortErr == nil {
+				if arena != nil {
+					_ = arena.Close()
+				}
 				_ = tr.Close()
 			}
 		}

@@ -22,6 +22,12 @@ func reduceScatter(c *comm, ins [][]byte, out []byte, s reduceSpec) error {
 		copy(out, ins[0])
 		return s.post(out, 1)
 	}
+	if c.arena != nil {
+		if err := c.arena.ReduceScatter(c.ctx, ins, out, s.dt.Size(), s.combine); err != nil {
+			return err
+		}
+		return s.post(out, n)
+	}
 	right, left := (r+1)%n, (r-1+n)%n
 	a, b := make([]byte, len(out)), make([]byte, len(out))
 	send := ins[mod(r-1, n)]

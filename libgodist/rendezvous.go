@@ -28,7 +28,10 @@ type rendezvous struct {
 	record  wire.PeerRecord
 }
 
-func (r *rendezvous) close() { _ = r.ln.Close() }
+func (r *rendezvous) close() {
+	_ = r.ln.Close()
+	removeProbe(r.record.ShmProbe)
+}
 
 // New creates a group and starts listening for its peers. A group of size 1
 // needs no rendezvous and is ready at once.
@@ -51,6 +54,12 @@ func New(cfg Config) (*ProcessGroup, error) {
 	rec := wire.PeerRecord{Version: wire.Version, Session: session, Group: cfg.Group, Rank: int32(cfg.Rank),
 		WorldSize: int32(cfg.Size), Hostname: host, BootID: bootID(), PID: int32(os.Getpid()),
 		Addresses: localAddrs(cfg.BindHost), Transports: []string{"tcp"}}
+	if cfg.Transport != TransportTCP {
+		rec.ShmProbe = makeProbe()
+		if rec.ShmProbe != "" {
+			rec.Transports = append(rec.Transports, "shm")
+		}
+	}
 	pg := newPG(cfg)
 	ln, err := tcp.Listen(tcp.Config{Rank: cfg.Rank, Size: cfg.Size, Group: cfg.Group, BindHost: cfg.BindHost})
 	if err != nil {
@@ -120,8 +129,18 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 	if pg.closed {
 		pg.mu.Unlock()
 		tr.Abort(ErrClosed)
+		removeProbe(me.ShmProbe)
 		return fmt.Errorf("godist: group %q: %w", pg.cfg.Group, ErrClosed)
 	}
+	pg.tr = tr
+	pg.mu.Unlock()
+	arena, err := pg.setupShm(ctx, me, recs, session)
+	if err != nil {
+		tr.Abort(err)
+		return fmt.Errorf("godist: group %q: setting up shared memory: %w", pg.cfg.Group, err)
+	}
+	pg.mu.Lock()
+	pg.arena = arena
 	pg.mu.Unlock()
 	pg.start(tr)
 	return nil

@@ -17,7 +17,7 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint6
 
 from . import _errors
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 ERRLEN = 4096
 
 
@@ -37,7 +37,8 @@ _DECLS = {
     "godist_live_handles": (c_int64, []),
     "godist_runtime_stats": (None, [POINTER(c_int64), POINTER(c_int64)]),
     # process groups
-    "godist_pg_create": (c_int, [c_int32, c_int32, c_char_p, c_int64, c_char_p, _U64P] + _ERR),
+    "godist_pg_create": (c_int, [c_int32, c_int32, c_char_p, c_int64, c_char_p, c_char_p, _U64P] + _ERR),
+    "godist_pg_info": (c_int, [c_uint64, POINTER(c_int32)] + _ERR),
     "godist_pg_record": (c_int, [c_uint64, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
     "godist_pg_connect": (c_int, [c_uint64, _BUF, c_int32, c_int64] + _ERR),
     "godist_pg_close": (c_int, [c_uint64] + _ERR),
@@ -60,6 +61,43 @@ _DECLS = {
     "godist_work_wait": (c_int, [c_uint64, c_int64, POINTER(c_int32)] + _ERR),
     "godist_work_free": (c_int, [c_uint64]),
     "godist_wait_any": (c_int, [c_int64, _U64P, c_int32, POINTER(c_int32)]),
+    # ----- stores (capi/store.go; used by godist/store.py) -----
+    # A key or value is (bytes, length). Returned values come back as a
+    # malloc'd (void **out, int64 *outlen) that the caller releases with
+    # store_free; lists are packed (int64 length, bytes) records.
+    # timeout_ms < 0: the store's own timeout.
+    "godist_tcpstore_create": (c_int, [c_char_p, c_int32, c_int64, c_int32, c_int32, c_int32, c_int32, c_int64,
+                                       _U64P] + _ERR),
+    "godist_tcpstore_port": (c_int, [c_uint64, POINTER(c_int32)] + _ERR),
+    "godist_filestore_create": (c_int, [c_char_p, c_int32, c_int64, _U64P] + _ERR),
+    "godist_hashstore_create": (c_int, [c_int64, _U64P] + _ERR),
+    "godist_prefixstore_create": (c_int, [c_char_p, c_int64, c_uint64, _U64P] + _ERR),
+    "godist_store_clone": (c_int, [c_uint64, _U64P] + _ERR),
+    "godist_store_close": (c_int, [c_uint64] + _ERR),
+    "godist_store_free": (None, [c_void_p]),
+    "godist_store_set": (c_int, [c_uint64, c_char_p, c_int64, c_char_p, c_int64] + _ERR),
+    "godist_store_get": (c_int, [c_uint64, c_char_p, c_int64, c_int64, POINTER(c_void_p), POINTER(c_int64)] + _ERR),
+    "godist_store_add": (c_int, [c_uint64, c_char_p, c_int64, c_int64, POINTER(c_int64)] + _ERR),
+    "godist_store_compare_set": (c_int, [c_uint64, c_char_p, c_int64, c_char_p, c_int64, c_char_p, c_int64,
+                                         POINTER(c_void_p), POINTER(c_int64)] + _ERR),
+    "godist_store_check": (c_int, [c_uint64, _BUF, c_int32, POINTER(c_int32)] + _ERR),
+    "godist_store_wait": (c_int, [c_uint64, _BUF, c_int32, c_int64] + _ERR),
+    "godist_store_delete_key": (c_int, [c_uint64, c_char_p, c_int64, POINTER(c_int32)] + _ERR),
+    "godist_store_num_keys": (c_int, [c_uint64, POINTER(c_int64)] + _ERR),
+    "godist_store_append": (c_int, [c_uint64, c_char_p, c_int64, c_char_p, c_int64] + _ERR),
+    "godist_store_multi_get": (c_int, [c_uint64, _BUF, c_int32, c_int64, POINTER(c_void_p), POINTER(c_int64)] + _ERR),
+    "godist_store_multi_set": (c_int, [c_uint64, _BUF, _BUF, c_int32] + _ERR),
+    "godist_store_list_keys": (c_int, [c_uint64, POINTER(c_void_p), POINTER(c_int64)] + _ERR),
+    "godist_store_queue_push": (c_int, [c_uint64, c_char_p, c_int64, c_char_p, c_int64] + _ERR),
+    "godist_store_queue_pop": (c_int, [c_uint64, c_char_p, c_int64, c_int32, c_int64, POINTER(c_void_p),
+                                       POINTER(c_int64), POINTER(c_int32)] + _ERR),
+    "godist_store_queue_len": (c_int, [c_uint64, c_char_p, c_int64, POINTER(c_int64)] + _ERR),
+    "godist_store_set_timeout": (c_int, [c_uint64, c_int64] + _ERR),
+    "godist_store_timeout": (c_int, [c_uint64, POINTER(c_int64)] + _ERR),
+    "godist_tcpserver_create": (c_int, [c_char_p, c_int32, _U64P] + _ERR),
+    "godist_tcpserver_port": (c_int, [c_uint64, POINTER(c_int32)] + _ERR),
+    "godist_tcpserver_close": (c_int, [c_uint64] + _ERR),
+    "godist_pg_rendezvous_store": (c_int, [c_uint64, c_uint64, c_char_p, c_int64, c_int64] + _ERR),
 }
 
 _lock = threading.Lock()

@@ -83,7 +83,12 @@ class GodistProcessGroup(dist.ProcessGroup):
         lib = _lib.load()
         h = ctypes.c_uint64()
         bind = os.environ.get("GODIST_BIND_ADDR", "").encode()
-        lib.pg_create(rank, size, self._name.encode(), self._timeout_ms(), bind or None, ctypes.byref(h))
+        transport = os.environ.get("GODIST_TRANSPORT", "auto").strip().lower()
+        if transport not in ("auto", "tcp", ""):
+            raise ValueError(f"godist: GODIST_TRANSPORT={transport!r}: use 'auto' (shared memory between ranks on "
+                             "one host, TCP otherwise) or 'tcp'")
+        lib.pg_create(rank, size, self._name.encode(), self._timeout_ms(), bind or None,
+                      b"tcp" if transport == "tcp" else None, ctypes.byref(h))
         self._h = h.value
         try:
             if size > 1:
@@ -97,6 +102,16 @@ class GodistProcessGroup(dist.ProcessGroup):
     # ----- identity -----------------------------------------------------
     def getBackendName(self) -> str:
         return "godist"
+
+    # torch's C++ ProcessGroup keeps the group name on its backends, and a
+    # Python ProcessGroup has none: without these trampoline overrides
+    # _set_group_name is lost and pg.group_name raises "ProcessGroup name not
+    # set" (breaking DeviceMesh, DTensor, functional collectives, FSDP2).
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupName(self) -> str:
+        return getattr(self, "_group_name", None) or self._name
 
     def _timeout_ms(self) -> int:
         return max(1, int(self._timeout.total_seconds() * 1000))
@@ -115,6 +130,13 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     def _set_sequence_number_for_group(self) -> None:
         pass
+
+    @property
+    def shared_memory(self) -> bool:
+        """Whether this group's collectives run over shared memory."""
+        flag = ctypes.c_int32()
+        _lib.load().pg_info(self._h, ctypes.byref(flag))
+        return bool(flag.value)
 
     def __repr__(self):
         return f"GodistProcessGroup(rank={self._rank}, size={self._size}, group={self._name!r})"
