@@ -9,6 +9,12 @@ package shm
 // owner's share out. Each share's final bytes are computed once, by its
 // owner, so all ranks end bitwise identical.
 //
+// The reduction accumulates in the owner's slot (hot in cache), relying on
+// combine being bitwise commutative (see CombineFunc): ranks 0 and 1 start
+// from their own contribution, already in place, since s0 (op) s1 equals
+// s1 (op) s0; the others first copy s0 over theirs and fold their own in
+// from their buffer at their turn.
+//
 // Per step each rank publishes A (chunk copied in), R (share reduced) and
 // D (copy-out done). Copy-in of chunk i+1 into the other slot half happens
 // between publishing R and waiting for the peers' R of chunk i, so it
@@ -49,17 +55,10 @@ func (a *Arena) allReduceTwoShot(c *opCtx, buf []byte, d desc, combine CombineFu
 			a.step = s + 1
 			return err
 		}
-		if lo, hi := share(len(p), me); hi > lo {
-			acc := p[lo:hi]
-			if me != 0 {
-				copy(acc, a.bytes(a.lay.buf(0, s)+lo, hi-lo))
+		if lo, hi := share(len(p), me); hi > lo && cerr == nil {
+			if err := a.reduceShare(a.bytes(a.lay.buf(me, s)+lo, hi-lo), p[lo:hi], s, lo, combine); err != nil {
+				cerr = combineErr(c.op, err)
 			}
-			for q := 1; q < P && cerr == nil; q++ {
-				if err := combine(acc, a.bytes(a.lay.buf(q, s)+lo, hi-lo)); err != nil {
-					cerr = combineErr(c.op, err)
-				}
-			}
-			copy(a.bytes(a.lay.buf(me, s)+lo, hi-lo), acc)
 		}
 		a.pubR(s)
 		if i+1 < steps {
@@ -70,9 +69,9 @@ func (a *Arena) allReduceTwoShot(c *opCtx, buf []byte, d desc, combine CombineFu
 			copy(a.bytes(a.lay.buf(me, s+1), len(np)), np)
 			a.pubA(s+1, d)
 		}
-		for k := 1; k < P; k++ {
+		for k := 0; k < P; k++ {
 			q := (me + k) % P
-			if err := a.waitR(c, q, s); err != nil {
+			if err := a.waitR(c, q, s); err != nil { // returns at once for q == me
 				return err
 			}
 			lo, hi := share(len(p), q)
@@ -82,4 +81,38 @@ func (a *Arena) allReduceTwoShot(c *opCtx, buf []byte, d desc, combine CombineFu
 	}
 	a.step = s0 + uint64(steps)
 	return cerr
+}
+
+// reduceShare reduces the share at offset lo of every rank's slot half of
+// step s into acc, this rank's own slot share, in rank order; own is this
+// rank's contribution in its buffer (untouched). It returns the first
+// error of combine.
+func (a *Arena) reduceShare(acc, own []byte, s uint64, lo int, combine CombineFunc) error {
+	me, n := a.rank, len(acc)
+	src := func(q int) []byte {
+		if q == me {
+			return own
+		}
+		return a.bytes(a.lay.buf(q, s)+lo, n)
+	}
+	first := 2
+	switch me {
+	case 0:
+		if err := combine(acc, src(1)); err != nil {
+			return err
+		}
+	case 1:
+		if err := combine(acc, src(0)); err != nil { // s1 (op) s0 == s0 (op) s1
+			return err
+		}
+	default:
+		copy(acc, src(0))
+		first = 1
+	}
+	for q := first; q < a.size; q++ {
+		if err := combine(acc, src(q)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -45,6 +45,10 @@ type Arena struct {
 	scratch []bool     // reused by AllToAll; guarded by opMu
 
 	procs []proc // peers' processes; fixed after Open
+	// sameProc is the number of local ranks in this process (more than one
+	// in tests and benchmarks, where waiters may have to yield to the Go
+	// scheduler too). Fixed after Open.
+	sameProc int
 
 	p2p p2pState
 }
@@ -262,6 +266,9 @@ func (a *Arena) join(ctx context.Context) error {
 		pid := int(*(*int64)(a.ptr(a.ctl(r) + ctlPID)))
 		ns := *(*uint64)(a.ptr(a.ctl(r) + ctlPIDNS))
 		pr := proc{pid: pid, pidfd: -1}
+		if pid == me {
+			a.sameProc++
+		}
 		if r != a.rank && pid != me && pid > 0 && ns != 0 && ns == myNS {
 			pr.check = true
 			pr.pidfd = openPidfd(pid)

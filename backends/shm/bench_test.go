@@ -15,10 +15,24 @@ import (
 )
 
 // benchSizes are the all-reduce sizes of the benchmarks.
-var benchSizes = []struct {
+var benchSizes = func() []benchSize {
+	all := []benchSize{{"8B", 8}, {"4KiB", 4 << 10}, {"1MiB", 1 << 20}, {"64MiB", 64 << 20}}
+	if only := os.Getenv("GODIST_SHM_BENCH_SIZES"); only != "" {
+		var sel []benchSize
+		for _, s := range all {
+			if strings.Contains(","+only+",", ","+s.name+",") {
+				sel = append(sel, s)
+			}
+		}
+		return sel
+	}
+	return all
+}()
+
+type benchSize struct {
 	name string
 	n    int
-}{{"8B", 8}, {"4KiB", 4 << 10}, {"1MiB", 1 << 20}, {"64MiB", 64 << 20}}
+}
 
 // BenchmarkAllReduce runs float32 SUM all-reduces with ranks as goroutines,
 // each mapping the arena itself. GOMAXPROCS is raised to the rank count so

@@ -13,10 +13,12 @@ import (
 //
 //	func(dst, src []byte) error { return reduce.Combine(op, dtype, dst, src) }
 //
-// The arena calls it with src in shared memory and dst in the caller's
-// buffer, always combining contributions in rank order, so it must be
-// deterministic (same bytes in, same bytes out) but need not be
-// associative. An error it returns is returned by the collective (wrapped)
+// The arena combines contributions in rank order, ((x0 op x1) op x2) ...,
+// so combine must be deterministic (same bytes in, same bytes out) and
+// commutative bit for bit (combine(a, b) and combine(b, a) write the same
+// bytes: the arena may start from x1 and fold x0 in) but need not be
+// associative. Every reduce.Combine kernel qualifies. dst and src may be
+// in the caller's memory or in the arena. An error it returns is returned by the collective (wrapped)
 // after the protocol has finished, so the arena stays usable.
 type CombineFunc func(dst, src []byte) error
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"testing"
@@ -90,6 +91,13 @@ func childMain(mode string) int {
 			res.Elapsed = time.Since(start)
 			return err
 		case "bench":
+			if prof := os.Getenv("GODIST_SHM_CPUPROFILE"); prof != "" {
+				f, err := os.Create(fmt.Sprintf("%s.%d", prof, rank))
+				if err == nil {
+					_ = pprof.StartCPUProfile(f)
+					defer func() { pprof.StopCPUProfile(); f.Close() }()
+				}
+			}
 			rows, err := procBench(ctx, a)
 			res.Bench = rows
 			return err

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"sync"
 	"time"
 
@@ -304,8 +303,7 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 			}
 		}
 		if now.Sub(idleSince) < a.pol.Yield {
-			runtime.Gosched()
-			schedYield()
+			a.yield()
 			continue
 		}
 		sleeping.Add(1)

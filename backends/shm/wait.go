@@ -16,8 +16,7 @@ import (
 //  1. Spin (only when the local ranks fit on the CPUs): poll the word with
 //     a CPU pause hint for WaitPolicy.Spin. A peer that is running on
 //     another core answers within a cache-line transfer (~0.1 µs).
-//  2. Yield: poll, then runtime.Gosched and the sched_yield syscall, for
-//     WaitPolicy.Yield. When ranks outnumber cores this hands the core to
+//  2. Yield: poll, then the sched_yield syscall, for WaitPolicy.Yield. When ranks outnumber cores this hands the core to
 //     the very rank being waited for, which is what makes 8 ranks on 2
 //     cores fast; pure spinning would keep it off the CPU for a whole time
 //     slice.
@@ -115,8 +114,7 @@ func (a *Arena) waitLoop(ready func() bool, word *uint32, sleepers *atomic.Uint3
 			return err
 		}
 		if now.Sub(start) < pol.Spin+pol.Yield {
-			runtime.Gosched()
-			schedYield()
+			a.yield()
 		} else {
 			d := min(pol.Sleep, nextLive.Sub(now))
 			if !deadline.IsZero() {
@@ -135,4 +133,15 @@ func (a *Arena) waitLoop(ready func() bool, word *uint32, sleepers *atomic.Uint3
 			return nil
 		}
 	}
+}
+
+// yield gives the CPU to another thread. When other local ranks run as
+// goroutines of this process and may lack a P of their own, it yields to
+// the Go scheduler first. (Only then: runtime.Gosched wakes an idle thread
+// to take the goroutine, which costs more than the yield itself.)
+func (a *Arena) yield() {
+	if a.sameProc > 1 && runtime.GOMAXPROCS(0) <= a.sameProc {
+		runtime.Gosched()
+	}
+	schedYield()
 }
