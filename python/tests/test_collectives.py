@@ -107,7 +107,8 @@ def collectives_worker(rank, n, init_file):
     dist.barrier()
     w = dist.barrier(async_op=True)
     w.wait()
-    return {"failures": c.failures, "checks": c.checks, "gloo": c.gloo_compared}
+    return {"failures": c.failures, "checks": c.checks, "gloo": c.gloo_compared,
+            "shm": dist.group.WORLD.shared_memory}
 
 
 def _movement(c: Checker):
@@ -187,9 +188,11 @@ def _p2p(c: Checker):
         c.expect(f"isend/irecv tag {k}", ys[k], torch.full((3,), float(left * 10 + k)))
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_collectives_match_gloo_and_reference(world_size):
-    results = run_world(collectives_worker, world_size, timeout=420)
+@pytest.mark.parametrize("world_size,transport", [(1, "auto"), (2, "auto"), (3, "auto"), (4, "auto"), (2, "tcp"), (3, "tcp")])
+def test_collectives_match_gloo_and_reference(world_size, transport):
+    results = run_world(collectives_worker, world_size, timeout=420, env={"GODIST_TRANSPORT": transport})
+    # ranks on one host share memory unless TCP is forced
+    assert all(r["shm"] == (world_size > 1 and transport == "auto") for r in results), results[0]["shm"]
     failures = [f for r in results for f in r["failures"]]
     assert not failures, "\n".join(failures[:50])
     assert all(r["checks"] > 300 for r in results)

@@ -44,10 +44,11 @@ def skip_worker(rank, n, init_file, op):
     return {"type": None, "elapsed": time.monotonic() - start}
 
 
-@pytest.mark.parametrize("op", ["all_reduce", "broadcast", "all_gather", "barrier", "reduce_scatter"])
-def test_rank_that_never_joins_is_named(op):
+@pytest.mark.parametrize("op,transport", [("all_reduce", "auto"), ("broadcast", "auto"), ("all_gather", "auto"),
+                                          ("barrier", "auto"), ("reduce_scatter", "auto"), ("all_reduce", "tcp")])
+def test_rank_that_never_joins_is_named(op, transport):
     n = 3
-    results = run_world(skip_worker, n, op, timeout=120)
+    results = run_world(skip_worker, n, op, timeout=120, env={"GODIST_TRANSPORT": transport})
     for rank, r in enumerate(results[:-1]):
         assert r["type"] is not None, f"rank {rank}: {op} did not fail"
         assert r["is_dist_error"], r
@@ -73,9 +74,9 @@ def kill_worker(rank, n, init_file):
     return {"msg": None, "elapsed": time.monotonic() - start}
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_killed_peer_fails_others_quickly(n):
-    results = run_world(kill_worker, n, timeout=120, expect_exit={n - 1: None})
+@pytest.mark.parametrize("n,transport", [(2, "auto"), (3, "auto"), (3, "tcp")])
+def test_killed_peer_fails_others_quickly(n, transport):
+    results = run_world(kill_worker, n, timeout=120, expect_exit={n - 1: None}, env={"GODIST_TRANSPORT": transport})
     for rank, r in enumerate(results[:-1]):
         assert r["msg"] is not None, f"rank {rank}: all_reduce succeeded with a dead peer"
         assert r["is_dist_error"], r
