@@ -11,7 +11,7 @@
 //     one file (file*.go).
 //
 // All of them implement Store. The protocol and format facts they rest on are
-// in /work/shared/reference/tcpstore-protocol.md.
+// in docs/STORES.md.
 package store
 
 import (
