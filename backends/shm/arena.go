@@ -369,6 +369,7 @@ func (a *Arena) wakeAll() {
 		futexWake(a.low(c + ctlBlock + blockSize + bSeq))
 		futexWake(a.low(c + ctlD))
 		futexWake(a.low(c + ctlR))
+		a.u32(c + ctlBell).Add(1) // a receiver about to sleep sees the change
 		futexWake((*uint32)(a.ptr(c + ctlBell)))
 		if r != a.rank {
 			futexWake(a.low(a.lay.ch(a.rank, r) + chTail))

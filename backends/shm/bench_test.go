@@ -17,9 +17,11 @@ import (
 // benchSizes are the all-reduce sizes of the benchmarks.
 var benchSizes = func() []benchSize {
 	all := []benchSize{{"8B", 8}, {"4KiB", 4 << 10}, {"1MiB", 1 << 20}, {"64MiB", 64 << 20}}
+	extra := []benchSize{{"1KiB", 1 << 10}, {"16KiB", 16 << 10}, {"32KiB", 32 << 10}, {"64KiB", 64 << 10},
+		{"256KiB", 256 << 10}, {"4MiB", 4 << 20}, {"16MiB", 16 << 20}}
 	if only := os.Getenv("GODIST_SHM_BENCH_SIZES"); only != "" {
 		var sel []benchSize
-		for _, s := range all {
+		for _, s := range append(all, extra...) {
 			if strings.Contains(","+only+",", ","+s.name+",") {
 				sel = append(sel, s)
 			}

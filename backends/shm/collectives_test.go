@@ -276,3 +276,28 @@ func TestInvalidArguments(t *testing.T) {
 	require.ErrorIs(t, a.AllToAll(ctx, [][]byte{buf[:4], buf[4:]}, [][]byte{make([]byte, 4), buf[:4]}), ErrInvalid)
 	require.ErrorIs(t, a.AllToAll(ctx, [][]byte{buf[:4]}, [][]byte{buf[:4]}), ErrInvalid)
 }
+
+// TestCombineError: an error from the combine function reaches every rank
+// (wrapped), and the arena stays usable.
+func TestCombineError(t *testing.T) {
+	for _, n := range []int{8, 600, 5000} {
+		arenas := openGroup(t, 3, func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = 512 })
+		ctx := testCtx(t, 10*time.Second)
+		boom := fmt.Errorf("boom")
+		bad := func(dst, src []byte) error { return boom }
+		errs := onAll(arenas, func(r int, a *Arena) error { return a.AllReduce(ctx, make([]byte, n), 4, bad) })
+		for r, err := range errs {
+			require.ErrorIs(t, err, boom, "n=%d rank %d", n, r)
+		}
+		errs = onAll(arenas, func(r int, a *Arena) error {
+			ins := [][]byte{make([]byte, n), make([]byte, n), make([]byte, n)}
+			return a.ReduceScatter(ctx, ins, make([]byte, n), 4, bad)
+		})
+		for r, err := range errs {
+			require.ErrorIs(t, err, boom, "n=%d rank %d", n, r)
+		}
+		requireAllOK(t, onAll(arenas, func(r int, a *Arena) error {
+			return a.AllReduce(ctx, make([]byte, n), 4, dtypeCases[0].combine)
+		}), "after combine error")
+	}
+}

@@ -60,7 +60,13 @@ func childMain(mode string) int {
 	err := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		a, err := Open(ctx, Config{Name: os.Getenv(envName), Rank: rank, Size: size, ChunkSize: 64 << 10})
+		cfg := Config{Name: os.Getenv(envName), Rank: rank, Size: size, ChunkSize: 64 << 10}
+		if mode == "bench" {
+			// Defaults, unless the benchmark is told otherwise.
+			cfg.ChunkSize, _ = strconv.Atoi(os.Getenv("GODIST_SHM_CHUNK"))
+			cfg.OneShotMax, _ = strconv.Atoi(os.Getenv("GODIST_SHM_ONESHOT"))
+		}
+		a, err := Open(ctx, cfg)
 		if err != nil {
 			return err
 		}
