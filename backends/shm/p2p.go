@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/godist/godist/libgodist/transport"
@@ -42,10 +43,14 @@ type p2pState struct {
 	done chan struct{}      // closed when the receiver exits; guarded by mu
 
 	sendMu []sync.Mutex // per destination: one message at a time
-	head   []uint64     // per destination: bytes written; guarded by sendMu
+	// delivering is the local rank whose message the receiver is reading
+	// into the mailbox right now, -1 if none.
+	delivering atomic.Int32
+	head       []uint64 // per destination: bytes written; guarded by sendMu
 }
 
 func (st *p2pState) init(size int) {
+	st.delivering.Store(-1)
 	st.sendMu = make([]sync.Mutex, size)
 	st.head = make([]uint64, size)
 }
@@ -74,7 +79,7 @@ func (st *p2pState) stop() {
 // goroutine it starts ends with Close. Peers that close are failed in mb
 // with transport.ErrPeerGone once their messages are drained; peers that
 // die or cut a message, with transport.ErrConnLost. The caller owns mb:
-// Close does not fail it. If mb.OnStuck is used, it should call BreakPeer.
+// Close does not fail it. mb.OnStuck should call BreakStuck.
 func (a *Arena) Attach(mb *transport.Mailbox) error {
 	if mb == nil {
 		return invalidf("attach: nil mailbox")
@@ -97,9 +102,19 @@ func (a *Arena) Attach(mb *transport.Mailbox) error {
 	return nil
 }
 
+// BreakStuck cuts the channel whose message the receiver is delivering
+// right now, if any, so that the read ends with transport.ErrConnLost: the
+// handler for Mailbox.OnStuck (the receiver reads one message at a time,
+// so this is the stuck one whatever rank OnStuck names).
+func (a *Arena) BreakStuck() {
+	if q := int(a.p2p.delivering.Load()); q >= 0 {
+		a.BreakPeer(q)
+	}
+}
+
 // BreakPeer cuts the channel from local rank q to this rank, so that a
-// message being read from it ends with transport.ErrConnLost (for
-// Mailbox.OnStuck). The channel stays unusable.
+// message being read from it ends with transport.ErrConnLost. The channel
+// stays unusable.
 func (a *Arena) BreakPeer(q int) {
 	if q < 0 || q >= a.size || q == a.rank {
 		return
@@ -336,7 +351,10 @@ func (a *Arena) recvOne(mb *transport.Mailbox, src int, tail *uint64) (bool, err
 			Err: fmt.Errorf("%w: corrupt message header from local rank %d (length %d)", transport.ErrConnLost, src, n)}
 	}
 	rd := ringReader{a: a, src: src, ch: ch, tail: tail, left: int(n)}
-	if err := mb.Deliver(a.globalRank(src), transport.Tag(tag), int(n), &rd); err != nil {
+	a.p2p.delivering.Store(int32(src))
+	err := mb.Deliver(a.globalRank(src), transport.Tag(tag), int(n), &rd)
+	a.p2p.delivering.Store(-1)
+	if err != nil {
 		var pe *transport.PeerError
 		if !errors.As(err, &pe) {
 			err = &transport.PeerError{Op: "recv", Peer: a.globalRank(src), Err: err}

@@ -31,11 +31,7 @@ func NewTransport(a *Arena) (*Transport, error) {
 		seen[g] = true
 	}
 	mb := transport.NewMailbox(a.size)
-	mb.OnStuck = func(g int) {
-		if q, ok := a.LocalRank(g); ok {
-			a.BreakPeer(q)
-		}
-	}
+	mb.OnStuck = func(int) { a.BreakStuck() }
 	if err := a.Attach(mb); err != nil {
 		return nil, err
 	}
