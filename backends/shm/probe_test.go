@@ -20,3 +20,11 @@ func TestProbe(t *testing.T) {
 	require.True(t, Usable(""))
 	require.False(t, Usable("/nonexistent-dir"))
 }
+
+func TestArenaName(t *testing.T) {
+	a, b := ArenaName("store/", "42", "pg0"), ArenaName("store/4", "2", "pg0")
+	require.NotEqual(t, a, b)
+	require.Equal(t, a, ArenaName("store/", "42", "pg0"))
+	c := Config{Name: a, Rank: 0, Size: 1}
+	require.NoError(t, c.normalize())
+}
