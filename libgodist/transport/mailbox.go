@@ -143,6 +143,7 @@ func (r *Recv) Cancel(cause error) {
 		mb.mu.Unlock()
 		return
 	}
+	src := r.src // claimed: the sender is known
 	mb.mu.Unlock()
 	// Claimed: bytes are being read into Buf right now.
 	t := time.NewTimer(stuckGrace)
@@ -153,7 +154,7 @@ func (r *Recv) Cancel(cause error) {
 	case <-t.C:
 	}
 	if mb.OnStuck != nil {
-		mb.OnStuck(r.src)
+		mb.OnStuck(src)
 	}
 	<-r.done
 }
@@ -319,6 +320,7 @@ func (mb *Mailbox) Deliver(src int, tag Tag, n int, rd io.Reader) error {
 	mb.mu.Lock()
 	if r := mb.matchPosted(src, tag); r != nil {
 		r.state = stateClaimed
+		r.src = src
 		mb.mu.Unlock()
 		return mb.readInto(r, src, n, rd)
 	}
