@@ -266,7 +266,7 @@ func (a *Arena) join(ctx context.Context) error {
 		pid := int(*(*int64)(a.ptr(a.ctl(r) + ctlPID)))
 		ns := *(*uint64)(a.ptr(a.ctl(r) + ctlPIDNS))
 		pr := proc{pid: pid, pidfd: -1}
-		if pid == me {
+		if pid == me && ns == myNS {
 			a.sameProc++
 		}
 		if r != a.rank && pid != me && pid > 0 && ns != 0 && ns == myNS {
