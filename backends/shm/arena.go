@@ -325,11 +325,11 @@ func (a *Arena) Close() error {
 }
 
 // Abort leaves the arena at once: peers waiting for this rank fail with
-// transport.ErrConnLost, as if the process had died. Pending operations on
-// this rank fail with transport.ErrClosed. Idempotent with Close (the
+// transport.ErrConnLost, as if the process had died (err is the caller's
+// to report; peers only learn that this rank is gone). Pending operations
+// on this rank fail with transport.ErrClosed. Idempotent with Close (the
 // first call decides).
 func (a *Arena) Abort(err error) {
-	_ = err // the engine reports it; peers only learn that this rank is gone
 	a.shutdown(stateFailed)
 }
 

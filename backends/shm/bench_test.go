@@ -162,3 +162,72 @@ func TestProcessBenchmark(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCollectives times the other collectives with goroutine ranks
+// (as BenchmarkAllReduce). n is the per-rank block; b.SetBytes follows
+// nccl-tests: the buffer for broadcast, the total P*n for the others.
+func BenchmarkCollectives(b *testing.B) {
+	d := dtypeCase{reduce.Float32, reduce.Sum}
+	type op struct {
+		name  string
+		total bool
+		run   func(ctx context.Context, a *Arena, bufs [][]byte, out []byte) error
+	}
+	ops := []op{
+		{"broadcast", false, func(ctx context.Context, a *Arena, bufs [][]byte, out []byte) error {
+			return a.Broadcast(ctx, out, 0)
+		}},
+		{"allgather", true, func(ctx context.Context, a *Arena, bufs [][]byte, out []byte) error {
+			return a.AllGather(ctx, out, bufs[:a.Size()])
+		}},
+		{"reduce_scatter", true, func(ctx context.Context, a *Arena, bufs [][]byte, out []byte) error {
+			return a.ReduceScatter(ctx, bufs[:a.Size()], out, 4, d.combine)
+		}},
+		{"alltoall", true, func(ctx context.Context, a *Arena, bufs [][]byte, out []byte) error {
+			return a.AllToAll(ctx, bufs[:a.Size()], bufs[a.Size():])
+		}},
+		{"barrier", false, func(ctx context.Context, a *Arena, bufs [][]byte, out []byte) error {
+			return a.Barrier(ctx)
+		}},
+	}
+	for _, P := range []int{2, 8} {
+		for _, n := range []int{4 << 10, 1 << 20} {
+			for _, o := range ops {
+				b.Run(fmt.Sprintf("%dranks/%s/%dKiB", P, o.name, n>>10), func(b *testing.B) {
+					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(P, runtime.NumCPU())))
+					arenas := openGroup(b, P, nil)
+					bufs := make([][][]byte, P)
+					outs := make([][]byte, P)
+					for r := range bufs {
+						bufs[r] = make([][]byte, 2*P)
+						for i := range bufs[r] {
+							bufs[r][i] = make([]byte, n)
+						}
+						outs[r] = make([]byte, n)
+					}
+					if o.total {
+						b.SetBytes(int64(P * n))
+					} else if o.name != "barrier" {
+						b.SetBytes(int64(n))
+					}
+					ctx := context.Background()
+					b.ResetTimer()
+					var wg sync.WaitGroup
+					for r, a := range arenas {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for i := 0; i < b.N; i++ {
+								if err := o.run(ctx, a, bufs[r], outs[r]); err != nil {
+									b.Error(err)
+									return
+								}
+							}
+						}()
+					}
+					wg.Wait()
+				})
+			}
+		}
+	}
+}
