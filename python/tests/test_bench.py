@@ -18,7 +18,7 @@ OPS = {"all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tens
 SCENARIOS = {"ddp_step", "infer_loop"}
 CSV_COLUMNS = {"world_size", "op", "variant", "backend", "dtype", "redop", "nominal_bytes", "size_bytes", "count",
                "n_iters", "repeats", "time_us", "algbw_GBps", "busbw_GBps", "p50_us", "p95_us", "cpu_us_per_op",
-               "godist_speedup", "wrong", "status"}
+               "godist_speedup", "wrong", "status", "transport"}
 MD_HEADER = ("| P | size | count | type | redop | backend | time (µs) | algbw (GB/s) | busbw (GB/s) | p50 (µs) "
              "| p95 (µs) | CPU/op (µs) | n | #wrong | godist/gloo |")
 
@@ -69,6 +69,14 @@ def test_bench_smoke(tmp_path):
             assert ln.split("|")[14].strip() == "0", ln  # #wrong
     assert "| ddp_step |" in md and "| infer_loop |" in md
     assert (out / "results.png").stat().st_size > 1000
+
+    # --render rebuilds the report from results.csv + meta.json alone.
+    (out / "results.md").unlink()
+    r = subprocess.run([sys.executable, "-m", "godist.bench", "--render", str(out), "--no-plot"], cwd=str(tmp_path),
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    md2 = (out / "results.md").read_text()
+    assert md2.count(MD_HEADER) == len(OPS) and "p50 latency" in md2
 
 
 @pytest.mark.timeout(300)

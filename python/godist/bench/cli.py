@@ -1,0 +1,262 @@
+"""``python -m godist.bench``: the command line and the parent process.
+
+The parent prints the machine header, spawns one world of P ranks per world
+size (start method "spawn", a FileStore in a temporary directory), collects
+the rows rank 0 sends, kills a world that errors or runs past its time limit,
+and writes the CSV, markdown and PNG. Exit status: 0 when every cell ran and
+none had a wrong element, 1 otherwise, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import multiprocessing as mp
+import os
+import queue
+import shlex
+import sys
+import tempfile
+import time
+
+from . import machine, report
+from .config import OP_ALIASES, OPS, SCENARIOS, Config, geometric_sizes, human_bytes, parse_bytes, spot_sizes_for
+
+
+def _csv_list(text):
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m godist.bench",
+        description="godist vs gloo, side by side in the same processes (A-B-B-A interleaved), correctness "
+                    "checked before timing. Writes results.md, results.csv and results.png to --out.")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true",
+                      help="P=2,4,8; sizes 8 B, 512 B, 32 KiB, 2 MiB, 64 MiB; 50 ms blocks; scenarios at P=2,4 "
+                           "(about 2-3 min on 2 cores)")
+    mode.add_argument("--smoke", action="store_true",
+                      help="P=2; sizes 8 B and 64 KiB; tiny DDP and inference scenarios (well under a minute)")
+    p.add_argument("--world-sizes", type=str, help="comma-separated world sizes (default 2,4,8)")
+    p.add_argument("--ops", type=str, help="comma-separated: " + ", ".join(OPS) + " (default all)")
+    p.add_argument("--min-bytes", type=str, help="smallest size, e.g. 8, 4K, 1M (default 8)")
+    p.add_argument("--max-bytes", type=str, help="largest size (default 64M)")
+    p.add_argument("--step", type=int, help="size factor between cells (default 4; --quick 64)")
+    p.add_argument("--sizes", type=str, help="explicit comma-separated sizes (overrides min/max/step)")
+    p.add_argument("--repeats", type=int, help="timed blocks per backend and cell, interleaved A-B-B-A (default 3)")
+    p.add_argument("--target-ms", type=float, help="wall time a timed block aims at (default 100; --quick 50)")
+    p.add_argument("--max-iters", type=int, help="ops per timed block at most (default 2000)")
+    p.add_argument("--spot-dtypes", type=str,
+                   help="dtypes for the all_reduce/reduce_scatter spot cells (default bfloat16,int64; '' for none)")
+    p.add_argument("--scenarios", type=str,
+                   help="comma-separated: ddp, infer, or none (default ddp,infer)")
+    p.add_argument("--scenario-world-sizes", type=str,
+                   help="world sizes that run the scenarios (default: all of --world-sizes)")
+    p.add_argument("--ddp-steps", type=int, help="DDP steps per timed block (default 2)")
+    p.add_argument("--infer-iters", type=int, help="all_reduces in the inference loop (default 1000)")
+    p.add_argument("--out", type=str, default=None, help="output directory (default docs/perf)")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--tcp-only", action="store_true",
+                   help="set GODIST_TRANSPORT=tcp in the ranks: godist uses TCP even between ranks on one host")
+    p.add_argument("--timeout", type=float, help="seconds one world size may run before it is killed (default 1800)")
+    p.add_argument("--op-timeout", type=float, help="process-group timeout in seconds (default 300)")
+    p.add_argument("--note", type=str, help="free text added to the report header (e.g. what was built from where)")
+    p.add_argument("--render", metavar="DIR", type=str,
+                   help="run nothing: rewrite DIR/results.md and results.png from DIR/results.csv and meta.json")
+    return p
+
+
+def config_from_args(a) -> Config:
+    cfg = Config()
+    lo, hi, step = 8, 64 << 20, 4
+    if a.quick:
+        cfg.mode, step, cfg.target_s, cfg.repeats = "quick", 64, 0.05, 3
+        cfg.warmup_max, cfg.ddp_steps, cfg.infer_iters = 3, 1, 1000
+        cfg.scenario_world_sizes = [2, 4]
+        cfg.world_timeout_s = 900
+    elif a.smoke:
+        cfg.mode, cfg.world_sizes, cfg.target_s, cfg.repeats, cfg.warmup_max = "smoke", [2], 0.004, 2, 1
+        cfg.sizes = [8, 64 << 10]
+        cfg.ddp_dim, cfg.ddp_layers, cfg.ddp_batch, cfg.ddp_bucket_mb, cfg.ddp_steps = 256, 4, 4, 0.25, 1
+        cfg.infer_iters = 100
+        cfg.world_timeout_s = 240
+        cfg.op_timeout_s = 60
+    if a.world_sizes:
+        cfg.world_sizes = [int(x) for x in _csv_list(a.world_sizes)]
+    if a.ops:
+        ops = []
+        for x in _csv_list(a.ops):
+            x = OP_ALIASES.get(x.lower(), x.lower())
+            if x not in OPS:
+                raise SystemExit(f"--ops: unknown operation {x!r}; choose from {', '.join(OPS)}")
+            if x not in ops:
+                ops.append(x)
+        cfg.ops = ops
+    if a.min_bytes:
+        lo = parse_bytes(a.min_bytes)
+    if a.max_bytes:
+        hi = parse_bytes(a.max_bytes)
+    if a.step:
+        step = a.step
+    if a.sizes:
+        cfg.sizes = sorted({parse_bytes(x) for x in _csv_list(a.sizes)})
+    elif not cfg.sizes or a.min_bytes or a.max_bytes or a.step:
+        cfg.sizes = geometric_sizes(lo, hi, step)
+    if a.repeats:
+        cfg.repeats = a.repeats
+    if a.target_ms:
+        cfg.target_s = a.target_ms / 1e3
+    if a.max_iters:
+        cfg.max_iters = a.max_iters
+    if a.spot_dtypes is not None:
+        cfg.spot_dtypes = _csv_list(a.spot_dtypes)
+    if a.scenarios is not None:
+        sc = [x for x in _csv_list(a.scenarios) if x != "none"]
+        bad = [x for x in sc if x not in SCENARIOS]
+        if bad:
+            raise SystemExit(f"--scenarios: unknown {bad}; choose from {', '.join(SCENARIOS)} or none")
+        cfg.scenarios = sc
+    if a.scenario_world_sizes:
+        cfg.scenario_world_sizes = [int(x) for x in _csv_list(a.scenario_world_sizes)]
+    if a.ddp_steps:
+        cfg.ddp_steps = a.ddp_steps
+    if a.infer_iters:
+        cfg.infer_iters = a.infer_iters
+    if a.timeout:
+        cfg.world_timeout_s = a.timeout
+    if a.op_timeout:
+        cfg.op_timeout_s = a.op_timeout
+    cfg.tcp_only = a.tcp_only
+    cfg.spot_sizes = spot_sizes_for(cfg.sizes)
+    if any(p < 2 for p in cfg.world_sizes):
+        raise SystemExit("--world-sizes: every world size must be at least 2")
+    if cfg.repeats < 1:
+        raise SystemExit("--repeats must be at least 1")
+    return cfg
+
+
+def run_world(P: int, cfg: Config, rows: list, errors: list, setup: dict):
+    """Spawn P ranks, collect their rows; True when every rank finished."""
+    from . import worker
+
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="godist-bench-") as d:
+        q = ctx.Queue()
+        procs = [ctx.Process(target=worker.rank_main, args=(r, P, cfg, os.path.join(d, "store"), q),
+                             name=f"godist-bench-rank{r}") for r in range(P)]
+        for p in procs:
+            p.start()
+        done, failed = set(), {}
+        deadline = time.monotonic() + cfg.world_timeout_s
+        grace = None  # after a rank fails, the others get a little time to report
+        while len(done) + len(failed) < P:
+            now = time.monotonic()
+            limit = min(deadline, grace) if grace else deadline
+            if now >= limit:
+                break
+            try:
+                kind, rank, payload = q.get(timeout=min(1.0, limit - now))
+            except queue.Empty:
+                if all(not p.is_alive() for p in procs):
+                    try:  # drain what the dead left behind
+                        kind, rank, payload = q.get(timeout=2)
+                    except queue.Empty:
+                        break
+                else:
+                    continue
+            if kind == "row":
+                rows.append(payload)
+            elif kind == "setup":
+                setup[P] = payload
+            elif kind == "done":
+                done.add(rank)
+            elif kind == "error":
+                failed[rank] = payload
+                grace = grace or time.monotonic() + 20
+        missing = sorted(set(range(P)) - done - set(failed))
+        for p in procs:
+            p.join(timeout=30 if not (missing or failed) else 1)
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(10)
+        for rank, tb in sorted(failed.items()):
+            errors.append(f"P={P} rank {rank} failed:\n{tb.rstrip()}")
+        if missing:
+            why = "timed out" if time.monotonic() >= deadline else "stopped after another rank failed"
+            errors.append(f"P={P} ranks {missing} did not finish ({why}; exit codes "
+                          f"{[procs[r].exitcode for r in missing]})")
+        return not failed and not missing
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if a.render:
+        paths = report.render(a.render, want_plot=not a.no_plot)
+        print(f"wrote {', '.join(v for k, v in paths.items() if k in ('md', 'png'))}", file=sys.stderr)
+        return 0
+    cfg = config_from_args(a)
+    out_dir = a.out or os.path.join("docs", "perf")
+    t_start = time.monotonic()
+
+    # The ranks inherit this environment (spawn): set it before they start.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if cfg.tcp_only:
+        os.environ["GODIST_TRANSPORT"] = "tcp"
+
+    m = machine.info()
+    header = machine.header_lines(m)
+    env_line = ", ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "GODIST_TRANSPORT")
+                         if k in os.environ)
+    header.append(f"env:     {env_line}")
+    header.append(f"run:     mode {cfg.mode}; P {cfg.world_sizes}; ops {', '.join(cfg.ops)}; "
+                  f"sizes {', '.join(human_bytes(s) for s in cfg.sizes)}; repeats {cfg.repeats}; "
+                  f"block target {cfg.target_s * 1e3:g} ms")
+    if a.note:
+        header.append(f"note:    {a.note}")
+    for line in header:
+        print(line, file=sys.stderr)
+    if m["nproc"] and os.getloadavg()[0] > m["nproc"]:
+        msg = f"WARNING: loadavg {os.getloadavg()[0]:.2f} > nproc {m['nproc']}: the machine is busy, timings are noisy"
+        print(msg, file=sys.stderr)
+        header.append(msg)
+    sys.stderr.flush()
+
+    rows, errors, setup = [], [], {}
+    hashes = {}
+    for P in cfg.world_sizes:
+        t = time.monotonic()
+        hashes[P] = machine.library_hash()
+        print(f"--- world size {P}: spawning {P} ranks", file=sys.stderr, flush=True)
+        run_world(P, cfg, rows, errors, setup)
+        print(f"--- world size {P} done in {time.monotonic() - t:.0f} s", file=sys.stderr, flush=True)
+    if len(set(hashes.values())) > 1:
+        msg = ("WARNING: libgodist.so changed during the run (sha256 per world size: " +
+               ", ".join(f"P={p} {h}" for p, h in hashes.items()) + ")")
+        print(msg, file=sys.stderr)
+        header.append(msg)
+
+    wrong = [r for r in rows if r.get("wrong")]
+    bad_status = [r for r in rows if r["status"] == "error"]
+    code = 1 if (errors or wrong or bad_status) else 0
+    wall = time.monotonic() - t_start
+    command = "python -m godist.bench" + ("" if argv is None and len(sys.argv) <= 1 else " " + " ".join(
+        shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv)))
+    meta = {"command": command, "mode": cfg.mode, "when": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "wall_s": wall, "exit": code, "header": header, "loadavg_end": "%.2f %.2f %.2f" % machine.loadavg(),
+            "setup": setup, "errors": errors}
+    paths = report.write_all(rows, meta, out_dir, want_plot=not a.no_plot)
+    for e in errors:
+        print(e, file=sys.stderr)
+    for r in wrong:
+        print(f"WRONG: P={r['world_size']} {r['op']} {r['dtype']} {human_bytes(int(r['size_bytes']))} "
+              f"{r['backend']} ({r['variant']}): {r['wrong']} wrong elements", file=sys.stderr)
+    for r in bad_status:
+        print(f"ERROR: P={r['world_size']} {r['op']} {r['dtype']} {r['backend']}: {r['error']}", file=sys.stderr)
+    print(f"wrote {', '.join(paths.values())} in {wall:.0f} s; exit {code}", file=sys.stderr)
+    print("\n".join(report.ratio_table(rows)))
+    return code

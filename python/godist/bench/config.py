@@ -1,0 +1,88 @@
+"""Benchmark configuration: the presets (full, ``--quick``, ``--smoke``) and
+the names of operations and scenarios. Plain data, pickled to every rank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+BACKENDS = ("godist", "gloo")
+
+OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "barrier",
+       "send_recv")
+OP_ALIASES = {
+    "allreduce": "all_reduce", "bcast": "broadcast", "all_gather": "all_gather_into_tensor",
+    "allgather": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter_tensor",
+    "reducescatter": "reduce_scatter_tensor", "all_to_all": "all_to_all_single", "alltoall": "all_to_all_single",
+    "sendrecv": "send_recv", "send": "send_recv", "recv": "send_recv", "p2p": "send_recv", "pingpong": "send_recv",
+}
+# Collectives that reduce (they get the bfloat16 / int64 spot cells).
+REDUCING = ("all_reduce", "reduce_scatter_tensor")
+SCENARIOS = ("ddp", "infer")
+DTYPES = ("float32", "bfloat16", "int64", "float64", "float16", "int32")
+
+
+@dataclass
+class Config:
+    mode: str = "full"                      # full | quick | smoke (a label)
+    world_sizes: list = field(default_factory=lambda: [2, 4, 8])
+    ops: list = field(default_factory=lambda: list(OPS))
+    sizes: list = field(default_factory=list)          # nominal bytes, float32 sweep
+    spot_dtypes: list = field(default_factory=lambda: ["bfloat16", "int64"])
+    spot_sizes: list = field(default_factory=list)
+    repeats: int = 3                        # timed blocks per backend and cell (A-B-B-A ...)
+    target_s: float = 0.1                   # wall time one timed block aims at
+    max_iters: int = 2000                   # ops per block at most
+    warmup_max: int = 5                     # untimed warm-up ops at most (fewer for slow cells)
+    scenarios: list = field(default_factory=lambda: list(SCENARIOS))
+    scenario_world_sizes: list | None = None  # None: every world size of the run
+    ddp_dim: int = 2048                     # 6 x Linear(2048, 2048): 25.2 M parameters
+    ddp_layers: int = 6
+    ddp_batch: int = 16
+    ddp_bucket_mb: float = 25.0
+    ddp_steps: int = 2                      # timed steps per block
+    infer_iters: int = 1000
+    infer_kib: list = field(default_factory=lambda: [4, 8, 16, 32, 64])
+    tcp_only: bool = False
+    op_timeout_s: float = 300.0             # both process groups' timeout
+    world_timeout_s: float = 1800.0         # one world size, all cells
+
+
+def geometric_sizes(lo: int, hi: int, step: int) -> list[int]:
+    """lo, lo*step, lo*step^2, ... <= hi, and hi itself."""
+    out, s = [], max(1, lo)
+    while s <= hi:
+        out.append(s)
+        if step <= 1:
+            break
+        s *= step
+    if hi >= lo and (not out or out[-1] != hi):
+        out.append(hi)
+    return out
+
+
+def spot_sizes_for(sizes: list[int]) -> list[int]:
+    """Two sizes from the sweep for the dtype spot cells: the second smallest
+    (latency) and the second largest (bandwidth) (one if they coincide)."""
+    s = sorted(set(sizes))
+    if len(s) <= 2:
+        return s[-1:]
+    return sorted({s[1], s[-2]})
+
+
+def parse_bytes(text: str) -> int:
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = 1
+    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if t.endswith(suffix):
+            t, mult = t[:-1], m
+            break
+    return int(float(t) * mult)
+
+
+def human_bytes(n: int) -> str:
+    for unit, m in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= m and n % m == 0:
+            return f"{n // m} {unit}"
+        if n >= m:
+            return f"{n / m:.1f} {unit}"
+    return f"{n} B"

@@ -1,0 +1,624 @@
+"""What every rank runs: godist and gloo side by side in the same process.
+
+The default group is gloo (the harness: it agrees iteration counts and
+gathers statistics and is never timed); two groups over the same ranks are
+benchmarked, ``new_group(backend="gloo")`` and ``new_group(backend="godist")``.
+
+For each cell (operation, dtype, size), on every rank, in lock step:
+
+1. correctness: reset the inputs to a rank-dependent pattern, run the op once
+   per backend and compare with the expectation computed locally (exact for
+   data movement and integers; ``|got - want| <= rtol * sum_r |x_r|`` for
+   floating reductions, rtol = 1e-6 * P for float32). Mismatching elements are
+   the cell's ``#wrong``. A backend that raises (on every rank) is marked
+   unsupported; for gloo's reduce_scatter_tensor the all_reduce + chunk
+   fallback is then timed instead, labelled as such;
+2. warm-up (at most ``warmup_max`` ops, fewer when one op is slow) and an
+   iteration count n per backend so a block takes about ``target_s``, the
+   MIN over ranks (a gloo all_reduce on the harness group);
+3. ``repeats`` timed blocks per backend, interleaved A-B-B-A-A-B...: a
+   barrier on the benchmarked group, then n back-to-back synchronous ops, each
+   one time-stamped (p50/p95) and the whole block bracketed by
+   ``resource.getrusage`` (CPU time per op, every thread of the process);
+4. one all_gather of every rank's numbers; rank 0 turns them into rows (time
+   = median over repeats of the mean over ranks) and sends them to the parent.
+
+Nothing here imports torch at module level: the parent sets the environment
+(OMP_NUM_THREADS, GODIST_TRANSPORT, ...) before the spawned rank imports it.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+import traceback
+
+from .config import BACKENDS, REDUCING, Config, human_bytes
+
+RS_FALLBACK = "all_reduce+chunk fallback"
+# Testing aid: pretend gloo has no reduce_scatter_tensor (as on older torch
+# versions) to exercise the unsupported + fallback path.
+_FAKE_GLOO_NO_RS = os.environ.get("GODIST_BENCH_GLOO_NO_RS") == "1"
+
+
+def busbw_factor(op: str, P: int) -> float | None:
+    """nccl-tests: busbw = algbw * factor."""
+    if op == "all_reduce":
+        return 2 * (P - 1) / P
+    if op in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"):
+        return (P - 1) / P
+    if op in ("broadcast", "send_recv"):
+        return 1.0
+    return None
+
+
+def _cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _pct(samples, q: float) -> float:
+    if not samples:
+        return float("nan")
+    s = sorted(samples)
+    k = (len(s) - 1) * q
+    lo = math.floor(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+class Variant:
+    """One timed thing in a cell: a backend's op (or gloo's fallback)."""
+
+    def __init__(self, backend: str, group, fn, label: str = "native"):
+        self.backend, self.group, self.fn, self.label = backend, group, fn, label
+        self.status = "ok"
+        self.error = ""
+        self.wrong = 0
+        self.est = 0.0
+        self.n = 0
+        self.times, self.cpus, self.samples = [], [], []
+
+
+class CellData:
+    """Buffers, input pattern and expectation of one cell on one rank.
+
+    Inputs are x_r[i] = base(i) + r * delta with base(i) = ((i % 251) - 125) / 128
+    and delta = 1/64 for floating dtypes (exact in bfloat16 too), and
+    base(i) = 3 * (i % 1000003), delta = 1000 for integers. base is periodic, so
+    one tiled tensor (cached across cells) gives any range of it as a view:
+    filling inputs and checking outputs take no large temporaries."""
+
+    PERIOD = {True: 251, False: 1000003}
+
+    def __init__(self, torch, op: str, dtype: str, nominal: int, rank: int, P: int, cache: dict):
+        self.torch, self.op, self.rank, self.P = torch, op, rank, P
+        self.dt = getattr(torch, dtype)
+        self.is_float = self.dt.is_floating_point
+        esize = torch.empty(0, dtype=self.dt).element_size()
+        chunked = op in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
+        if op == "barrier":
+            self.c, self.count = 0, 0
+        elif chunked:
+            self.c = max(1, nominal // esize // P)
+            self.count = self.c * P
+        else:
+            self.c = self.count = max(1, nominal // esize)
+        self.size = self.count * esize  # S of nccl-tests, bytes
+        self.delta = 1.0 / 64 if self.is_float else 1000
+        self._cache = cache
+        self.rtol = 0.0
+        if self.is_float and op in REDUCING:
+            self.rtol = {torch.float32: 1e-6, torch.float64: 1e-12}.get(self.dt, 2.0 ** -7) * P
+        c, r = self.c, rank
+        z = lambda n: torch.empty(n, dtype=self.dt)  # noqa: E731
+        self.work = None
+        if op in ("all_reduce", "broadcast"):
+            self.buf = z(c)
+        elif op == "all_gather_into_tensor":
+            self.inp, self.out = z(c), z(P * c)
+        elif op == "reduce_scatter_tensor":
+            self.inp, self.out = z(P * c), z(c)
+        elif op == "all_to_all_single":
+            self.inp, self.out = z(P * c), z(P * c)
+        elif op == "send_recv":
+            self.peer = r ^ 1 if (r ^ 1) < P else None
+            self.sbuf, self.rbuf = z(c), z(c)
+        self.reset()
+
+    # ----- patterns -------------------------------------------------------
+    def base(self, lo: int, n: int):
+        """A view of base(lo .. lo+n-1), float32 (floating) or int64."""
+        torch = self.torch
+        p = self.PERIOD[self.is_float]
+        off = lo % p
+        t = self._cache.get(self.is_float)
+        if t is None or t.numel() < off + n:
+            i = torch.arange(p, dtype=torch.int64)
+            pat = ((i - 125).to(torch.float32) / 128) if self.is_float else i * 3
+            t = pat.repeat(-(-(off + n) // p))
+            self._cache[self.is_float] = t
+        return t[off:off + n]
+
+    def fill(self, dst, lo: int, r: int):
+        """dst = x_r[lo : lo+len(dst)] (exact in every dtype used here)."""
+        dst.copy_(self.base(lo, dst.numel()))
+        if r:
+            dst.add_(r * self.delta)
+
+    def reset(self):
+        op, r, c, P = self.op, self.rank, self.c, self.P
+        if op in ("all_reduce", "broadcast"):
+            self.fill(self.buf, 0, r)
+        elif op == "all_gather_into_tensor":
+            self.fill(self.inp, r * c, r)
+            self.out.fill_(-1)
+        elif op in ("reduce_scatter_tensor", "all_to_all_single"):
+            self.fill(self.inp, 0, r)
+            self.out.fill_(-1)
+            if self.work is not None:
+                self.work.copy_(self.inp)
+        elif op == "send_recv":
+            self.fill(self.sbuf, 0, r)
+            self.rbuf.fill_(-1)
+
+    # ----- the op on a group ----------------------------------------------
+    def fn(self, dist, group, fallback: bool = False):
+        op, r, c = self.op, self.rank, self.c
+        if op == "all_reduce":
+            return lambda: dist.all_reduce(self.buf, group=group)
+        if op == "broadcast":
+            return lambda: dist.broadcast(self.buf, src=0, group=group)
+        if op == "all_gather_into_tensor":
+            return lambda: dist.all_gather_into_tensor(self.out, self.inp, group=group)
+        if op == "reduce_scatter_tensor":
+            if not fallback:
+                if _FAKE_GLOO_NO_RS and dist.get_backend(group) == "gloo":
+                    def unsupported():
+                        raise RuntimeError("reduce_scatter_tensor: not supported (GODIST_BENCH_GLOO_NO_RS=1)")
+                    return unsupported
+                return lambda: dist.reduce_scatter_tensor(self.out, self.inp, group=group)
+            # What users do when reduce_scatter_tensor is missing: reduce the
+            # whole input, keep their chunk.
+            if self.work is None:
+                self.work = self.inp.clone()
+
+            def rs_fallback():
+                dist.all_reduce(self.work, group=group)
+                self.out.copy_(self.work[r * c:(r + 1) * c])
+            return rs_fallback
+        if op == "all_to_all_single":
+            return lambda: dist.all_to_all_single(self.out, self.inp, group=group)
+        if op == "barrier":
+            return lambda: dist.barrier(group=group)
+        if op == "send_recv":
+            peer = self.peer
+            if peer is None:  # odd world size: the last rank sits out
+                return lambda: None
+            if r % 2 == 0:
+                def ping():
+                    dist.send(self.sbuf, peer, group=group)
+                    dist.recv(self.rbuf, peer, group=group)
+                return ping
+
+            def pong():
+                dist.recv(self.rbuf, peer, group=group)
+                dist.send(self.sbuf, peer, group=group)
+            return pong
+        raise ValueError(op)
+
+    # ----- correctness ----------------------------------------------------
+    def pieces(self):
+        """(output view, lo, scale, shift): the view must equal
+        scale * base(lo : lo+len) + shift."""
+        op, P, r, c, d = self.op, self.P, self.rank, self.c, self.delta
+        total = d * P * (P - 1) / 2 if self.is_float else d * P * (P - 1) // 2
+        if op == "all_reduce":
+            return [(self.buf, 0, P, total)]
+        if op == "reduce_scatter_tensor":
+            return [(self.out, r * c, P, total)]
+        if op == "broadcast":
+            return [(self.buf, 0, 1, 0)]
+        if op == "all_gather_into_tensor":  # chunk s is rank s's input
+            return [(self.out[s * c:(s + 1) * c], s * c, 1, s * d) for s in range(P)]
+        if op == "all_to_all_single":  # chunk s is chunk r of rank s's input
+            return [(self.out[s * c:(s + 1) * c], r * c, 1, s * d) for s in range(P)]
+        if op == "send_recv" and self.peer is not None:
+            return [(self.rbuf, 0, 1, self.peer * d)]
+        return []
+
+    def mismatches(self) -> int:
+        bad = 0
+        for got, lo, scale, shift in self.pieces():
+            b = self.base(lo, got.numel())
+            want = b * scale if scale != 1 else b.clone()
+            if shift:
+                want.add_(shift)
+            g = got if got.dtype == want.dtype else got.to(want.dtype)
+            n_bad = got.numel() - int((g == want).sum())
+            if n_bad and self.rtol:
+                mag = b.abs().mul_(scale).add_(abs(shift))  # >= sum over ranks of |x_r|
+                n_bad = int((~((g - want).abs() <= mag.mul_(self.rtol))).sum())
+            bad += n_bad
+        return bad
+
+
+class RankBench:
+    def __init__(self, rank: int, P: int, cfg: Config, store_path: str, q):
+        import torch
+        import torch.distributed as dist
+
+        import godist  # noqa: F401  (registers the backend)
+
+        self.torch, self.dist = torch, dist
+        self.rank, self.P, self.cfg, self.q = rank, P, cfg, q
+        self._base_cache = {}
+        self.t_start = time.monotonic()
+        timeout = datetime.timedelta(seconds=cfg.op_timeout_s)
+        t0 = time.perf_counter()
+        dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=P, timeout=timeout)
+        t1 = time.perf_counter()
+        self.groups = {}
+        setup = {"harness gloo init_process_group": t1 - t0}
+        for b in ("gloo", "godist"):
+            t = time.perf_counter()
+            self.groups[b] = dist.new_group(backend=b, timeout=timeout)
+            setup[f"new_group({b})"] = time.perf_counter() - t
+        # Which transport godist picked (the property exists once shared
+        # memory is wired in; before that godist is TCP only).
+        be = self.groups["godist"]
+        try:
+            be = be._get_backend(torch.device("cpu"))
+        except Exception:
+            pass
+        shm = getattr(be, "shared_memory", None)
+        v = self.gather(list(setup.values()) + [-1.0 if shm is None else float(bool(shm))])
+        flags = {float(x) for x in v[:, -1]}
+        self.transport = {frozenset({1.0}): "shm", frozenset({0.0}): "tcp",
+                          frozenset({-1.0}): "tcp (no shared_memory property)"}.get(frozenset(flags), "mixed")
+        if rank == 0:
+            info = {k: float(v[:, i].max()) for i, k in enumerate(setup)}
+            self.send("setup", {"times": info, "godist_transport": self.transport})
+            self.progress(f"godist transport: {self.transport}")
+
+    # ----- harness (gloo default group, never timed) ------------------------
+    def send(self, kind, payload):
+        self.q.put((kind, self.rank, payload))
+
+    def agree(self, values, op):
+        t = self.torch.tensor(values, dtype=self.torch.int64)
+        self.dist.all_reduce(t, op=op)
+        return [int(x) for x in t]
+
+    def gather(self, values):
+        torch = self.torch
+        t = torch.tensor(values, dtype=torch.float64)
+        out = torch.empty(self.P * t.numel(), dtype=torch.float64)
+        self.dist.all_gather_into_tensor(out, t)
+        return out.view(self.P, t.numel())
+
+    def progress(self, msg: str):
+        if self.rank == 0:
+            el = time.monotonic() - self.t_start
+            print(f"[P={self.P} {int(el) // 60:02d}:{int(el) % 60:02d}] {msg}", file=sys.stderr, flush=True)
+
+    # ----- cells --------------------------------------------------------------
+    def cells(self):
+        cfg, out = self.cfg, []
+        for op in cfg.ops:
+            if op == "barrier":
+                out.append((op, "float32", 0))
+            else:
+                out.extend((op, "float32", s) for s in cfg.sizes)
+        for dt in cfg.spot_dtypes:
+            if dt == "float32":
+                continue
+            for op in cfg.ops:
+                if op in REDUCING:
+                    out.extend((op, dt, s) for s in cfg.spot_sizes)
+        return out
+
+    def time_block(self, v: Variant):
+        dist, perf = self.dist, time.perf_counter
+        dist.barrier(group=v.group)
+        fn, n = v.fn, v.n
+        ts = [0.0] * (n + 1)
+        c0 = _cpu_seconds()
+        ts[0] = perf()
+        for i in range(n):
+            fn()
+            ts[i + 1] = perf()
+        c1 = _cpu_seconds()
+        v.times.append((ts[n] - ts[0]) / n)
+        v.cpus.append((c1 - c0) / n)
+        v.samples.extend(ts[i + 1] - ts[i] for i in range(n))
+
+    def calibrate(self, variants):
+        """Warm up (at least one op unless one op already takes several
+        blocks' worth of time), then agree on n per variant: the MIN over
+        ranks of target / (time per warm-up op)."""
+        cfg, MIN = self.cfg, self.dist.ReduceOp.MIN
+        ws = []
+        for v in variants:
+            if v.est > 3 * cfg.target_s:
+                ws.append(0)
+            else:
+                ws.append(max(1, min(cfg.warmup_max, int(cfg.target_s / max(v.est, 1e-7)))))
+        ws = self.agree(ws, MIN)
+        for v, w in zip(variants, ws):
+            if w:
+                self.dist.barrier(group=v.group)
+                t = time.perf_counter()
+                for _ in range(w):
+                    v.fn()
+                v.est = (time.perf_counter() - t) / w
+        ns = [max(1, min(cfg.max_iters, round(cfg.target_s / max(v.est, 1e-7)))) for v in variants]
+        for v, n in zip(variants, self.agree(ns, MIN)):
+            v.n = n
+
+    def check(self, data: CellData, variants):
+        """Run each variant once on fresh inputs, count wrong elements; a
+        variant that raised on any rank is unsupported/errored everywhere."""
+        raised = []
+        for v in variants:
+            data.reset()
+            t = time.perf_counter()
+            try:
+                v.fn()
+                v.est = time.perf_counter() - t
+                v.wrong = data.mismatches()
+                raised.append(0)
+            except Exception as e:  # noqa: BLE001 - reported in the row
+                v.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+                raised.append(1)
+        for v, r in zip(variants, self.agree(raised, self.dist.ReduceOp.MAX)):
+            if r:
+                v.status = "error"
+                v.error = v.error or "raised on another rank"
+
+    def run_cell(self, op: str, dtype: str, nominal: int):
+        dist, P = self.dist, self.P
+        data = CellData(self.torch, op, dtype, nominal, self.rank, P, self._base_cache)
+        variants = [Variant(b, self.groups[b], data.fn(dist, self.groups[b])) for b in BACKENDS]
+        self.check(data, variants)
+        if op == "reduce_scatter_tensor" and variants[1].status == "error":
+            # gloo without a native reduce_scatter_tensor: report it unsupported
+            # and time what users fall back to.
+            variants[1].status = "unsupported"
+            fb = Variant("gloo", self.groups["gloo"], data.fn(dist, self.groups["gloo"], fallback=True), RS_FALLBACK)
+            self.check(data, [fb])
+            variants.append(fb)
+        live = [v for v in variants if v.status == "ok"]
+        if live:
+            self.calibrate(live)
+            for r in range(self.cfg.repeats):
+                for v in (live if r % 2 == 0 else live[::-1]):
+                    self.time_block(v)
+        self.emit(op, "-" if op == "barrier" else dtype, nominal, data.size, data.count, variants,
+                  scale=0.5 if op == "send_recv" else 1.0)
+        del data
+
+    def emit(self, op, dtype, nominal, size, count, variants, scale=1.0, extra=None):
+        """Gather every rank's numbers; rank 0 sends one row per variant."""
+        R = self.cfg.repeats
+        vec = []
+        for v in variants:
+            ok = v.status == "ok" and len(v.times) == R
+            times = v.times if ok else [float("nan")] * R
+            cpus = v.cpus if ok else [float("nan")] * R
+            vec += [v.wrong if v.status != "error" else -1, v.n, *times, *cpus,
+                    _pct(v.samples, 0.5), _pct(v.samples, 0.95)]
+        g = self.gather(vec)
+        if self.rank != 0:
+            return
+        k = 4 + 2 * R
+        rows = []
+        for j, v in enumerate(variants):
+            a = g[:, j * k:(j + 1) * k]
+            wrong_col = a[:, 0]
+            t_mean = [float(a[:, 2 + i].mean()) * scale for i in range(R)]
+            t_max = [float(a[:, 2 + i].max()) * scale for i in range(R)]
+            cpu = [float(a[:, 2 + R + i].mean()) * scale for i in range(R)]
+            row = {
+                "world_size": self.P, "op": op, "variant": v.label, "backend": v.backend, "dtype": dtype,
+                "redop": "sum" if op in REDUCING else "-", "nominal_bytes": nominal, "size_bytes": size,
+                "count": count, "n_iters": int(a[0, 1]), "repeats": R,
+                "status": v.status if v.status != "ok" else "ok",
+                "wrong": int(wrong_col.clamp(min=0).sum()) if (wrong_col >= 0).all() else -1,
+                "error": v.error, "transport": self.transport if v.backend == "godist" else "tcp",
+            }
+            if v.status == "ok":
+                t = statistics.median(t_mean)
+                row.update({
+                    "time_us": t * 1e6, "time_max_us": statistics.median(t_max) * 1e6,
+                    "p50_us": float(a[:, 2 + 2 * R].mean()) * scale * 1e6,
+                    "p95_us": float(a[:, 3 + 2 * R].mean()) * scale * 1e6,
+                    "cpu_us_per_op": statistics.median(cpu) * 1e6,
+                })
+                f = busbw_factor(op, self.P)
+                if size and f is not None and t > 0:
+                    row["algbw_GBps"] = size / t / 1e9
+                    row["busbw_GBps"] = row["algbw_GBps"] * f
+            if extra:
+                row.update(extra)
+            rows.append(row)
+        # godist speed relative to gloo's native op, else to the fallback.
+        god = next((r for r in rows if r["backend"] == "godist"), None)
+        ref = next((r for r in rows if r["backend"] == "gloo" and r["status"] == "ok"), None)
+        if god and ref and god.get("time_us") and ref.get("time_us"):
+            ratio = ref["time_us"] / god["time_us"]
+            for r in rows:
+                r["godist_speedup"] = ratio
+                r["speedup_vs"] = ref["variant"]
+        for r in rows:
+            self.send("row", r)
+        no = getattr(self, "_cell_no", None)
+        self.progress((f"[{no[0]}/{no[1]}] " if no else "") + _progress_line(rows))
+
+    # ----- scenarios ------------------------------------------------------------
+    def ddp(self):
+        torch, dist, cfg, P = self.torch, self.dist, self.cfg, self.P
+        nn = torch.nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        torch.manual_seed(0)
+        layers = []
+        for i in range(cfg.ddp_layers):
+            layers.append(nn.Linear(cfg.ddp_dim, cfg.ddp_dim))
+            if i + 1 < cfg.ddp_layers:
+                layers.append(nn.ReLU())
+        base = nn.Sequential(*layers)
+        nparams = sum(p.numel() for p in base.parameters())
+        models = {b: DDP(copy.deepcopy(base), process_group=self.groups[b], bucket_cap_mb=cfg.ddp_bucket_mb)
+                  for b in BACKENDS}
+        del base
+        x = torch.randn(cfg.ddp_batch, cfg.ddp_dim, generator=torch.Generator().manual_seed(1234 + self.rank))
+
+        def stepper(m):
+            def step():
+                for p in m.parameters():
+                    p.grad = None
+                m(x).square().mean().backward()
+            return step
+
+        variants = [Variant(b, self.groups[b], stepper(models[b])) for b in BACKENDS]
+        for v in variants:  # warm-up: DDP builds its buckets on the first step
+            v.fn()
+        for v in variants:
+            v.n = cfg.ddp_steps
+        for r in range(cfg.repeats):
+            for v in (variants if r % 2 == 0 else variants[::-1]):
+                self.time_block(v)
+        # Same parameters, same input: both backends must give the same gradients.
+        wrong = 0
+        for pa, pb in zip(models["godist"].module.parameters(), models["gloo"].module.parameters()):
+            ga, gb = pa.grad, pb.grad
+            tol = 1e-5 * P * (ga.abs() + gb.abs()) + 1e-7 * float(gb.abs().max())
+            wrong += int((~((ga - gb).abs() <= tol)).sum())
+        variants[0].wrong = wrong
+        label = (f"{nparams / 1e6:.1f} M params, {cfg.ddp_bucket_mb:g} MB buckets, batch {cfg.ddp_batch}, "
+                 "forward+backward")
+        for v in variants:
+            v.label = label
+        self.emit("ddp_step", "float32", nparams * 4, nparams * 4, nparams, variants)
+        del models
+
+    def infer(self):
+        torch, dist, cfg = self.torch, self.dist, self.cfg
+        sizes = [k * 1024 for k in cfg.infer_kib]
+        bufs = {b: [torch.empty(s // 4, dtype=torch.float32) for s in sizes] for b in BACKENDS}
+        wrong = {b: 0 for b in BACKENDS}
+        for b in BACKENDS:  # correctness, one of each size
+            for s, t in zip(sizes, bufs[b]):
+                d = CellData(torch, "all_reduce", "float32", s, self.rank, self.P, self._base_cache)
+                t.copy_(d.buf)  # x_r
+                dist.all_reduce(t, group=self.groups[b])
+                d.buf.copy_(t)
+                wrong[b] += d.mismatches()
+
+        def looper(b):
+            ts, k = bufs[b], len(sizes)
+            g = self.groups[b]
+            counter = [0]
+
+            def one():
+                dist.all_reduce(ts[counter[0] % k], group=g)
+                counter[0] += 1
+            return one
+
+        variants = [Variant(b, self.groups[b], looper(b)) for b in BACKENDS]
+        half = max(1, cfg.infer_iters // 2)
+        for v in variants:
+            v.n = half
+            v.wrong = wrong[v.backend]
+            v.label = f"{2 * half} x all_reduce {cfg.infer_kib[0]}-{cfg.infer_kib[-1]} KiB"
+        # A-B-B-A: two half-loops per backend make the 1000 ops.
+        saved = self.cfg.repeats
+        self.cfg.repeats = 2
+        try:
+            for order in (variants, variants[::-1]):
+                for v in order:
+                    self.time_block(v)
+            mean = sum(sizes) // len(sizes)
+            self.emit("infer_loop", "float32", max(sizes), mean, mean // 4, variants)
+        finally:
+            self.cfg.repeats = saved
+
+    # ----- driver -----------------------------------------------------------------
+    def run(self):
+        cells = self.cells()
+        self.progress(f"{len(cells)} cells, ops {','.join(self.cfg.ops)}; sizes "
+                      f"{', '.join(human_bytes(s) for s in self.cfg.sizes)}")
+        for i, (op, dtype, nominal) in enumerate(cells):
+            self._cell_no = (i + 1, len(cells))
+            self.run_cell(op, dtype, nominal)
+        sws = self.cfg.scenario_world_sizes
+        if sws is None or self.P in sws:
+            self._cell_no = None
+            if "ddp" in self.cfg.scenarios:
+                self.ddp()
+            if "infer" in self.cfg.scenarios:
+                self.infer()
+        self.dist.barrier()
+
+
+def _fmt_us(us) -> str:
+    if us is None or us != us:
+        return "-"
+    if us >= 1e5:
+        return f"{us / 1e3:.0f} ms"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.1f} us"
+
+
+def _progress_line(rows) -> str:
+    r0 = rows[0]
+    size = "" if r0["op"] == "barrier" else " " + human_bytes(r0["size_bytes"])
+    dt = "" if r0["dtype"] == "-" else " " + r0["dtype"]
+    parts = [f"{r0['op']}{dt}{size}:"]
+    for r in rows:
+        name = r["backend"] if r["variant"] == "native" or r["op"] in ("ddp_step", "infer_loop") else \
+            f"{r['backend']}({r['variant']})"
+        if r["status"] != "ok":
+            parts.append(f"{name} {r['status'].upper()}")
+        else:
+            parts.append(f"{name} {_fmt_us(r['time_us'])}")
+        if r.get("wrong"):
+            parts.append(f"WRONG={r['wrong']}")
+    if r0.get("godist_speedup"):
+        parts.append(f"godist/gloo speed x{r0['godist_speedup']:.2f}")
+    return " ".join(parts)
+
+
+def rank_main(rank: int, P: int, cfg: Config, store_path: str, q):
+    """Entry point of a spawned rank."""
+    ok = False
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        b = RankBench(rank, P, cfg, store_path, q)
+        b.run()
+        ok = True
+        q.put(("done", rank, None))
+    except BaseException:  # noqa: BLE001 - everything goes to the parent
+        q.put(("error", rank, traceback.format_exc()))
+    finally:
+        if ok:
+            try:
+                import torch.distributed as dist
+
+                dist.destroy_process_group()
+            except Exception:
+                pass
+        q.close()
+        q.join_thread()
+        if not ok:
+            os._exit(1)  # peers may be stuck in a collective with us; do not wait for them
