@@ -140,7 +140,7 @@ func (a *Arena) waitLoop(ready func() bool, word *uint32, sleepers *atomic.Uint3
 // the Go scheduler first. (Only then: runtime.Gosched wakes an idle thread
 // to take the goroutine, which costs more than the yield itself.)
 func (a *Arena) yield() {
-	if a.sameProc > 1 && runtime.GOMAXPROCS(0) <= a.sameProc {
+	if a.sameProc > 1 && runtime.GOMAXPROCS(0) < a.sameProc {
 		runtime.Gosched()
 	}
 	schedYield()
