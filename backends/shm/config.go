@@ -186,8 +186,8 @@ type WaitPolicy struct {
 	// Spin is how long to busy-poll (with a CPU pause hint) before yielding.
 	// Only worth it when every local rank has a core of its own.
 	Spin time.Duration
-	// Yield is how long to poll with sched_yield (and runtime.Gosched)
-	// after spinning, before sleeping on a futex.
+	// Yield is how long to poll with sched_yield after spinning, before
+	// sleeping on a futex.
 	Yield time.Duration
 	// Sleep is the longest single futex sleep: how often a sleeping waiter
 	// re-checks its deadline, its context and the peer it waits for.

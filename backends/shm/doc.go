@@ -118,8 +118,9 @@
 //
 // wait.go. A waiter spins with a pause hint for WaitPolicy.Spin (only
 // when P <= runtime.NumCPU(), so ranks never burn a core another rank
-// needs), then polls with sched_yield (and runtime.Gosched) for
-// WaitPolicy.Yield, then sleeps with FUTEX_WAIT on the awaited word's low
+// needs), then polls with sched_yield for WaitPolicy.Yield (adding
+// runtime.Gosched only when several ranks are goroutines of one process
+// with fewer Ps than ranks, as in tests), then sleeps with FUTEX_WAIT on the awaited word's low
 // 32 bits after registering in the owner's sleeper count; the owner calls
 // FUTEX_WAKE after publishing only when that count is non-zero. Between
 // polls, and at least every WaitPolicy.Sleep while sleeping, the waiter
