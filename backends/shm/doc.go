@@ -120,14 +120,15 @@
 // when P <= runtime.NumCPU(), so ranks never burn a core another rank
 // needs), then polls with sched_yield for WaitPolicy.Yield (adding
 // runtime.Gosched only when several ranks are goroutines of one process
-// with fewer Ps than ranks, as in tests), then sleeps with FUTEX_WAIT on the awaited word's low
-// 32 bits after registering in the owner's sleeper count; the owner calls
-// FUTEX_WAKE after publishing only when that count is non-zero. Between
-// polls, and at least every WaitPolicy.Sleep while sleeping, the waiter
-// checks its deadline and context, this rank closing, the awaited peer's
-// state word, and every WaitPolicy.Liveness whether the peer's process
-// still exists (a pidfd, which also sees zombies, else kill(pid, 0); only
-// for peers in this pid namespace). A rank that fails because a peer is
-// gone marks itself failed with that peer as the cause, so the ranks
+// with fewer Ps than ranks, as in tests), then sleeps with FUTEX_WAIT on
+// the awaited word's low 32 bits after registering in the owner's sleeper
+// count; the owner calls FUTEX_WAKE after publishing only when that count
+// is non-zero. Between polls, and at least every WaitPolicy.Sleep while
+// sleeping, the waiter checks its deadline and context, this rank
+// closing, the awaited peer's state word, and every WaitPolicy.Liveness
+// whether the peer's process still exists (a pidfd, which also sees
+// zombies, else kill(pid, 0); only for peers in this pid namespace). A
+// rank that fails because a peer is gone marks itself failed with that
+// peer as the cause, so the ranks
 // waiting for it fail at once and name the same peer.
 package shm
