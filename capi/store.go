@@ -186,6 +186,24 @@ func (e *storeEntry) opCtx(timeoutMs C.int64_t) (context.Context, context.Cancel
 	}
 }
 
+// waitCtx is opCtx for a call that waits for keys (get, wait, multi_get,
+// blocking queue_pop). An explicit 0 on a TCPStore fails at once unless the
+// keys exist (a context that has already expired would fail even then).
+func (e *storeEntry) waitCtx(timeoutMs C.int64_t, op string, keys []string) (context.Context, context.CancelFunc, error) {
+	if timeoutMs == 0 && e.isTCP() {
+		ok, err := e.s.Check(context.Background(), keys)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			return nil, nil, &store.TimeoutError{Op: op, Keys: keys}
+		}
+		timeoutMs = -1
+	}
+	ctx, cancel := e.opCtx(timeoutMs)
+	return ctx, cancel, nil
+}
+
 // requested makes a timeout error of a call with an explicit timeout report
 // that timeout (the store measures what was left when it started waiting).
 func requested(err error, timeoutMs C.int64_t) error {
@@ -472,7 +490,10 @@ func godist_store_get(h C.uint64_t, key unsafe.Pointer, keyLen C.int64_t, timeou
 		if err != nil {
 			return err
 		}
-		ctx, cancel := e.opCtx(timeoutMs)
+		ctx, cancel, err := e.waitCtx(timeoutMs, "get", []string{k})
+		if err != nil {
+			return err
+		}
 		defer cancel()
 		v, err := e.s.Get(ctx, k)
 		if err != nil {
@@ -547,7 +568,10 @@ func godist_store_wait(h C.uint64_t, keys *C.godist_buf, n C.int32_t, timeoutMs 
 		if err != nil {
 			return err
 		}
-		ctx, cancel := e.opCtx(timeoutMs)
+		ctx, cancel, err := e.waitCtx(timeoutMs, "wait", ks)
+		if err != nil {
+			return err
+		}
 		defer cancel()
 		return requested(e.s.Wait(ctx, ks), timeoutMs)
 	})
@@ -608,7 +632,10 @@ func godist_store_multi_get(h C.uint64_t, keys *C.godist_buf, n C.int32_t, timeo
 		if err != nil {
 			return err
 		}
-		ctx, cancel := e.opCtx(timeoutMs)
+		ctx, cancel, err := e.waitCtx(timeoutMs, "multi_get", ks)
+		if err != nil {
+			return err
+		}
 		defer cancel()
 		vs, err := e.s.MultiGet(ctx, ks)
 		if err != nil {
@@ -687,7 +714,13 @@ func godist_store_queue_pop(h C.uint64_t, key unsafe.Pointer, keyLen C.int64_t, 
 		if found == nil {
 			return invalidArg("godist_store_queue_pop: NULL found")
 		}
-		ctx, cancel := e.opCtx(timeoutMs)
+		ctx, cancel := e.opCtx(-1) // a non-blocking pop does not wait
+		if block != 0 {
+			cancel()
+			if ctx, cancel, err = e.waitCtx(timeoutMs, "queue_pop", []string{k}); err != nil {
+				return err
+			}
+		}
 		defer cancel()
 		v, err := e.s.QueuePop(ctx, k, block != 0)
 		if block == 0 && errors.Is(err, store.ErrNotFound) {

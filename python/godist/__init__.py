@@ -18,6 +18,7 @@ import torch.distributed as dist
 from ._errors import (GodistClosedError, GodistError, GodistForkError, GodistInternalError,  # noqa: F401
                       GodistInvalidError, GodistTimeoutError)
 from .process_group import GodistProcessGroup, close_all
+from .store import FileStore, HashStore, PrefixStore, TCPServer, TCPStore
 from .work import GodistWork  # noqa: F401
 
 __version__ = "0.1.0"
@@ -62,4 +63,4 @@ _register()
 atexit.register(close_all)
 
 __all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "BACKEND", "monitored_barrier",
-           "runtime_stats"]
+           "runtime_stats", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]

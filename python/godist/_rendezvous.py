@@ -5,20 +5,38 @@ identity) under ``godist/<generation>/<rank>`` and reads everyone's. The
 generation comes from a shared counter, so a store reused across
 init/destroy cycles never serves stale records. The store torch passes is
 already prefixed with the group's name, so subgroups do not collide.
+
+When that store is a godist store (python/godist/store.py), possibly under
+torch's PrefixStores, the whole exchange runs in Go with the same keys
+(libgodist/rendezvous_store.go): no Python round trip per key.
+``GODIST_STORE_RENDEZVOUS=0`` forces the Python path; ``stats`` counts the
+rendezvous done each way in this process.
 """
 
 from __future__ import annotations
 
 import ctypes
 import datetime
+import os
 
 import torch.distributed as dist
 
 from . import _lib
+from . import store as _store
+
+stats = {"go": 0, "python": 0}
 
 
 def exchange(store, rank: int, size: int, handle: int, timeout: datetime.timedelta, group: str) -> None:
     lib = _lib.load()
+    target = _store.resolve(store) if os.environ.get("GODIST_STORE_RENDEZVOUS", "1") != "0" else None
+    if target is not None:
+        go_store, key_prefix = target
+        lib.pg_rendezvous_store(handle, go_store._h, key_prefix, len(key_prefix),
+                                max(1, int(timeout.total_seconds() * 1000)))
+        stats["go"] += 1
+        return
+    stats["python"] += 1
     gen = (store.add("godist/generation", 1) - 1) // size
     need = ctypes.c_int64(0)
     buf = ctypes.create_string_buffer(4096)

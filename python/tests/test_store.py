@@ -182,13 +182,16 @@ def test_store_timeout_applies_to_get_wait_multi_get(case):
 
 def test_wait_wakes_on_set_from_another_thread(case):
     s = case.store
-    t = threading.Timer(0.2, lambda: s.set("late", "v"))
+    c = s.clone()  # a TCPStore client has one request in flight at a time, like torch's
+    t = threading.Timer(0.2, lambda: c.set("late", "v"))
     t.start()
     try:
         s.wait(["late"], datetime.timedelta(seconds=10))
         assert s.get("late") == b"v"
     finally:
         t.join()
+        if hasattr(c, "close"):
+            c.close()
 
 
 def test_num_keys_and_delete_key(case):
@@ -490,6 +493,13 @@ def test_tcpstore_zero_timeout_fails_at_once():
         s.set_timeout(datetime.timedelta(0))
         with pytest.raises(dist.DistStoreError, match="wait timeout after 0ms, keys: /k"):
             s.get("k")
+        s.set("k", "v")
+        assert s.get("k") == b"v"  # present: no wait needed
+        s.wait(["k"])
+        s.queue_push("q", "1")
+        s.queue_push("q", "2")
+        assert s.queue_pop("q") == b"1"
+        assert s.queue_pop("q", block=False) == b"2"
     finally:
         s.close()
 
