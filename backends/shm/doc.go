@@ -129,6 +129,6 @@
 // whether the peer's process still exists (a pidfd, which also sees
 // zombies, else kill(pid, 0); only for peers in this pid namespace). A
 // rank that fails because a peer is gone marks itself failed with that
-// peer as the cause, so the ranks
-// waiting for it fail at once and name the same peer.
+// peer as the cause, so the ranks waiting for it fail at once and name
+// the same peer.
 package shm
