@@ -203,7 +203,18 @@ completer = _Completer()
 def submit(op: str, outputs, calls, finalize=None, keep=None, async_op=True) -> GodistWork:
     """Run one op made of Go calls. ``calls`` is a list of functions, each
     taking (notify, work_ptr) and calling one exported function. Returns a
-    GodistWork, completed already when async_op is False."""
+    GodistWork, completed already when async_op is False.
+
+    While torch's profiler runs, the op shows in it as ``godist:<op>`` (its
+    submission; the whole op when synchronous): Python process groups are
+    called directly, so torch's own c10d profiler events never fire for them."""
+    if torch._C._autograd._profiler_enabled():
+        with torch.profiler.record_function(f"godist:{op}"):
+            return _submit(op, outputs, calls, finalize, keep, async_op)
+    return _submit(op, outputs, calls, finalize, keep, async_op)
+
+
+def _submit(op, outputs, calls, finalize, keep, async_op):
     lib = _lib.load()
     work = GodistWork(op, outputs)
     handles = []
