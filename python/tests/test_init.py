@@ -95,8 +95,8 @@ def test_torchrun(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=3",
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4",
                            f"--master-port={free_port()}", str(script)],
                           capture_output=True, text=True, timeout=200, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("torchrun-ok") == 3, proc.stdout
+    assert proc.stdout.count("torchrun-ok") == 4, proc.stdout
