@@ -489,7 +489,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         lib, h = _lib.load(), self._h
         b = self._bufs([_desc(t)])
         calls = [lambda n, w: lib.send(h, b, dst, int(tag), 0, n, w)]
-        return self._track(submit(op, [t], calls, keep=(t, b), async_op=True))
+        # Sends are eager: done when the call returns, so no completion hop.
+        return self._track(submit(op, [t], calls, keep=(t, b), async_op=False))
 
     def recv(self, tensors, srcRank, tag=0):
         op = "recv"

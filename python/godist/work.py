@@ -35,6 +35,7 @@ class GodistWork(dist._Work):
         self._exc = None
         self._source = -1
         self._fut = torch.futures.Future()
+        self._group = None  # set while the completion thread owns the op
 
     # completion (called once, by the completion thread or the caller)
     def _finish(self, exc=None, source=-1):
@@ -68,6 +69,9 @@ class GodistWork(dist._Work):
             secs = float(timeout)
         if secs is not None and secs <= 0:
             secs = None
+        if secs is None and self._group is not None and not self._event.is_set():
+            # Wait in Go on this thread instead of for the completion thread.
+            completer.wait_here(self._group)
         deadline = None if secs is None else time.monotonic() + secs
         while not self._event.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))):
             if deadline is not None and time.monotonic() >= deadline:
@@ -111,11 +115,11 @@ class _Pending:
 class _Group:
     """An op made of one or more Go works; it completes when all have."""
 
-    __slots__ = ("work", "left", "exc", "source", "finalize", "keep")
+    __slots__ = ("work", "left", "exc", "source", "finalize", "keep", "handles")
 
-    def __init__(self, work, n, finalize, keep):
+    def __init__(self, work, n, finalize, keep, handles=()):
         self.work, self.left, self.exc, self.source = work, n, None, -1
-        self.finalize, self.keep = finalize, keep
+        self.finalize, self.keep, self.handles = finalize, keep, list(handles)
 
 
 def _outcome(lib, handle):
@@ -137,6 +141,7 @@ def _complete_group(g: _Group):
         except Exception as e:  # pragma: no cover - finalisers are copies
             exc = e
     g.keep = None
+    g.work._group = None
     g.work._finish(exc, g.source)
 
 
@@ -147,6 +152,7 @@ class _Completer:
         self._lock = threading.Lock()
         self._pending = {}
         self._early = {}
+        self._claimed = set()  # handles settled by a waiting caller instead
         self._thread = None
 
     def add(self, group: _Group, handles):
@@ -163,6 +169,23 @@ class _Completer:
                 self._thread = threading.Thread(target=self._loop, name="godist-completion", daemon=True)
                 self._thread.start()
         for h in ready:
+            self._settle(lib, group, h)
+
+    def wait_here(self, group):
+        """Settle group's pending handles on the calling thread, waiting in
+        Go (GIL released, in slices so Ctrl-C works); saves the hop through
+        the completion thread for a caller that blocks anyway."""
+        lib = _lib.load()
+        with self._lock:
+            mine = [h for h in group.handles if self._pending.pop(h, None) is not None]
+            self._claimed.update(mine)
+        src = ctypes.c_int32()
+        for h in mine:
+            try:
+                while lib.work_wait(h, _WAIT_SLICE_MS, ctypes.byref(src)) == _errors.NOT_READY:
+                    pass
+            except Exception:  # noqa: BLE001 - the outcome is read by _settle
+                pass
             self._settle(lib, group, h)
 
     def _settle(self, lib, group, h):
@@ -192,7 +215,10 @@ class _Completer:
                 with self._lock:
                     p = self._pending.pop(h, None)
                     if p is None:
-                        self._early[h] = True
+                        if h in self._claimed:
+                            self._claimed.discard(h)
+                        else:
+                            self._early[h] = True
                         continue
                 self._settle(lib, p.group, h)
 
@@ -230,11 +256,12 @@ def _submit(op, outputs, calls, finalize, keep, async_op):
         for h in handles:
             _wait_handle(lib, h)
         raise
-    group = _Group(work, len(handles), finalize, keep)
+    group = _Group(work, len(handles), finalize, keep, handles)
     if not handles:
         _complete_group(group)
         return work
     if async_op:
+        work._group = group
         completer.add(group, handles)
         return work
     for h in handles:
