@@ -32,7 +32,7 @@ func submitted(w *libgodist.Work, err error, notify C.int32_t, out *C.uint64_t, 
 	}
 	h := handles.put(w)
 	if notify != 0 {
-		w.OnDone(func() { completions.push(h) })
+		completions.watch(h, w)
 	}
 	if out != nil {
 		*out = C.uint64_t(h)

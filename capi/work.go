@@ -8,6 +8,7 @@ import "C"
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/godist/godist/libgodist"
@@ -45,7 +46,27 @@ func godist_work_free(h C.uint64_t) (rc C.int) {
 		return statusInvalid
 	}
 	handles.drop(uint64(h))
+	completions.forget(uint64(h))
 	return statusOK
+}
+
+// godist_work_claim takes a work registered with notify away from the
+// completion queue, for a caller that waits for it itself: it returns
+// statusOK if the handle will never be pushed, statusNotReady if it was
+// pushed already (godist_wait_any reports or has reported it), and
+// statusInvalid for an unknown handle. A work that was not registered with
+// notify counts as claimed.
+//
+//export godist_work_claim
+func godist_work_claim(h C.uint64_t) (rc C.int) {
+	defer recoverTo(&rc, nil, 0)
+	if _, err := lookup[*libgodist.Work](uint64(h)); err != nil {
+		return statusInvalid
+	}
+	if completions.claim(uint64(h)) {
+		return statusOK
+	}
+	return statusNotReady
 }
 
 // godist_wait_any waits up to timeout_ms for completed works registered with
@@ -70,9 +91,42 @@ type completionQueue struct {
 	mu     sync.Mutex
 	q      []C.uint64_t
 	signal chan struct{}
+	// watched maps a handle registered with notify to its state: one of
+	// notePending, noteClaimed (a waiter took it; never pushed) or
+	// notePushed.
+	watched sync.Map // uint64 -> *atomic.Int32
 }
 
+const (
+	notePending int32 = iota
+	noteClaimed
+	notePushed
+)
+
 var completions = completionQueue{signal: make(chan struct{}, 1)}
+
+// watch pushes h when w completes unless a waiter claims it first.
+func (c *completionQueue) watch(h uint64, w *libgodist.Work) {
+	st := new(atomic.Int32)
+	c.watched.Store(h, st)
+	w.OnDone(func() {
+		if st.CompareAndSwap(notePending, notePushed) {
+			c.push(h)
+		}
+	})
+}
+
+// claim reports whether h is now sure never to be pushed.
+func (c *completionQueue) claim(h uint64) bool {
+	v, ok := c.watched.Load(h)
+	if !ok {
+		return true
+	}
+	st := v.(*atomic.Int32)
+	return st.CompareAndSwap(notePending, noteClaimed) || st.Load() == noteClaimed
+}
+
+func (c *completionQueue) forget(h uint64) { c.watched.Delete(h) }
 
 func (c *completionQueue) push(h uint64) {
 	c.mu.Lock()

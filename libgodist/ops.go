@@ -201,6 +201,7 @@ func (pg *ProcessGroup) Recv(buf []byte, peer int, tag int64, o Opts) (*Work, er
 	}
 	w := newWork("recv", 0)
 	r := pg.tr.PostRecv(peer, transport.P2PTag(tag), buf)
+	w.assist = r.Help
 	timer := time.AfterFunc(timeout, func() { r.Cancel(transport.ErrTimeout) })
 	stop := context.AfterFunc(pg.ctx, func() { r.Cancel(transport.ErrClosed) })
 	r.OnDone(func(r *transport.Recv) {

@@ -139,10 +139,20 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 		tr.Abort(err)
 		return fmt.Errorf("godist: group %q: setting up shared memory: %w", pg.cfg.Group, err)
 	}
+	var use transport.Transport = tr
+	if arena != nil {
+		h, err := newHybrid(tr, arena)
+		if err != nil {
+			arena.Abort(err)
+			tr.Abort(err)
+			return fmt.Errorf("godist: group %q: attaching shared memory: %w", pg.cfg.Group, err)
+		}
+		use = h
+	}
 	pg.mu.Lock()
 	pg.arena = arena
 	pg.mu.Unlock()
-	pg.start(tr)
+	pg.start(use)
 	return nil
 }
 

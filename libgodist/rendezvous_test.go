@@ -101,3 +101,108 @@ func TestRendezvousShmAndTCP(t *testing.T) {
 		}
 	}
 }
+
+// TestP2PShmAndTCP: point-to-point messages between ranks of a group on
+// shared memory (the arena's rings and single-copy reads, waited for on
+// the caller's goroutine) and on TCP, and the transport-based collectives
+// (reduce, gather) that ride on them.
+func TestP2PShmAndTCP(t *testing.T) {
+	for _, transport := range []string{TransportAuto, TransportTCP} {
+		for _, n := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%s/n%d", map[string]string{"": "auto", "tcp": "tcp"}[transport], n), func(t *testing.T) {
+				pgs := connectGroup(t, n, transport)
+				for _, size := range []int{0, 8, 4096, 64 << 10, 1<<20 + 3} {
+					// A ring: r sends to r+1; receives posted after the send
+					// (unexpected) on even ranks, before on odd ranks.
+					var wg sync.WaitGroup
+					errs := make([]error, n)
+					got := make([][]byte, n)
+					for r, pg := range pgs {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							from := (r + n - 1) % n
+							got[r] = make([]byte, size)
+							var rw *Work
+							var err error
+							if r%2 == 1 {
+								if rw, err = pg.Recv(got[r], from, 7, Opts{}); err != nil {
+									errs[r] = err
+									return
+								}
+							}
+							sw, err := pg.Send(randBytes(size, uint64(r)), (r+1)%n, 7, Opts{})
+							if err == nil {
+								err = sw.Wait(time.Second)
+							}
+							if err != nil {
+								errs[r] = err
+								return
+							}
+							if rw == nil {
+								peer := from
+								if r == 0 {
+									peer = -1 // any source
+								}
+								if rw, err = pg.Recv(got[r], peer, 7, Opts{}); err != nil {
+									errs[r] = err
+									return
+								}
+							}
+							errs[r] = rw.Wait(10 * time.Second)
+							if errs[r] == nil && rw.Source() != from {
+								errs[r] = fmt.Errorf("rank %d: source %d, want %d", r, rw.Source(), from)
+							}
+						}()
+					}
+					wg.Wait()
+					for r := range pgs {
+						require.NoError(t, errs[r], "rank %d size %d", r, size)
+						require.Equal(t, randBytes(size, uint64((r+n-1)%n)), got[r], "rank %d size %d", r, size)
+					}
+				}
+				// Collectives written against the transport.
+				count := 40_000
+				bufs := make([][]byte, n)
+				want := make([]int64, count)
+				for r := range bufs {
+					in := input(r, count)
+					bufs[r] = i64s(in...)
+					for i, v := range in {
+						want[i] += v
+					}
+				}
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+					return pg.Reduce(bufs[r], 1, ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{Inline: true})
+				}))
+				require.Equal(t, want, toI64(bufs[1]))
+				outs := make([][]byte, n)
+				for i := range outs {
+					outs[i] = make([]byte, 8*count)
+				}
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+					var o [][]byte
+					if r == 0 {
+						o = outs
+					}
+					return pg.Gather(i64s(input(r, count)...), o, 0, Opts{})
+				}))
+				for i := range outs {
+					require.Equal(t, input(i, count), toI64(outs[i]))
+				}
+			})
+		}
+	}
+}
+
+func randBytes(n int, seed uint64) []byte {
+	b := make([]byte, n)
+	x := seed*0x9E3779B97F4A7C15 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x)
+	}
+	return b
+}

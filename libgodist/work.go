@@ -21,6 +21,10 @@ type Work struct {
 	err    error
 	source int
 	hooks  []func()
+	// assist, if set, makes progress toward completion on the waiting
+	// goroutine until the work completes or the given time passes (a zero
+	// time polls once); it reports false when it cannot help.
+	assist func(until time.Time) bool
 }
 
 func newWork(op string, seq uint64) *Work {
@@ -51,7 +55,28 @@ func (w *Work) Wait(d time.Duration) error {
 	default:
 	}
 	if d <= 0 {
+		if w.assist != nil && w.assist(time.Time{}) {
+			select {
+			case <-w.done:
+				return w.err
+			default:
+			}
+		}
 		return ErrNotReady
+	}
+	if w.assist != nil {
+		until := time.Now().Add(d)
+		if w.assist(until) {
+			select {
+			case <-w.done:
+				return w.err
+			default:
+			}
+			d = time.Until(until)
+			if d <= 0 {
+				return ErrNotReady
+			}
+		}
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -66,10 +66,15 @@ const (
 	chTail      = 64  // u64 bytes consumed (owner: dst)
 	chBroken    = 128 // u32 set by either side when a message was cut
 	chSendSleep = 132 // u32 set while the sender waits for space
+	chRefused   = 136 // u32 set by dst when it cannot read src's memory (single copy)
 	chRing      = 192
 
 	// msgHdr is the size of a message header in a ring: u64 tag, u64 n.
 	msgHdr = 16
+	// cmaDesc follows a header whose length has cmaFlag set: u64 address of
+	// the data in the sender's process, u64 reserved.
+	cmaDesc = 16
+	cmaFlag = uint64(1) << 63
 
 	magic   uint64 = 0x314d48535453444f // "ODSTSHM1", little-endian
 	version        = 1

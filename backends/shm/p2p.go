@@ -47,12 +47,29 @@ type p2pState struct {
 	// into the mailbox right now, -1 if none.
 	delivering atomic.Int32
 	head       []uint64 // per destination: bytes written; guarded by sendMu
+
+	// role is held by whoever reads the incoming rings: the receiver
+	// goroutine, or a goroutine waiting for a receive (Progress).
+	role  sync.Mutex
+	tails []uint64 // per source: bytes consumed; guarded by role
+	gone  []bool   // per source: channel failed; guarded by role
+	// assisting counts goroutines in Progress; the receiver goroutine
+	// rings this rank's own doorbell after a delivery when it is non-zero.
+	assisting atomic.Int32
+	// parked is set while the receiver goroutine sleeps because a waiter
+	// holds the role; the last waiter to leave then wakes it.
+	parked atomic.Bool
+	// directOK: per source, a single-copy read has worked; guarded by role.
+	directOK []bool
 }
 
 func (st *p2pState) init(size int) {
 	st.delivering.Store(-1)
 	st.sendMu = make([]sync.Mutex, size)
 	st.head = make([]uint64, size)
+	st.tails = make([]uint64, size)
+	st.gone = make([]bool, size)
+	st.directOK = make([]bool, size)
 }
 
 func (st *p2pState) mailbox() *transport.Mailbox {
@@ -79,7 +96,7 @@ func (st *p2pState) stop() {
 // goroutine it starts ends with Close. Peers that close are failed in mb
 // with transport.ErrPeerGone once their messages are drained; peers that
 // die or cut a message, with transport.ErrConnLost. The caller owns mb:
-// Close does not fail it. mb.OnStuck should call BreakStuck.
+// Close does not fail it. the mailbox's SetOnStuck handler should call BreakStuck.
 func (a *Arena) Attach(mb *transport.Mailbox) error {
 	if mb == nil {
 		return invalidf("attach: nil mailbox")
@@ -104,7 +121,7 @@ func (a *Arena) Attach(mb *transport.Mailbox) error {
 
 // BreakStuck cuts the channel whose message the receiver is delivering
 // right now, if any, so that the read ends with transport.ErrConnLost: the
-// handler for Mailbox.OnStuck (the receiver reads one message at a time,
+// handler for Mailbox.SetOnStuck (the receiver reads one message at a time,
 // so this is the stuck one whatever rank OnStuck names).
 func (a *Arena) BreakStuck() {
 	if q := int(a.p2p.delivering.Load()); q >= 0 {
@@ -171,6 +188,13 @@ func (a *Arena) Send(ctx context.Context, peer int, tag transport.Tag, data []by
 		return err
 	}
 	c := newOpCtx(ctx, op)
+	if len(data) >= cmaMin && a.u32(ch+chRefused).Load() == 0 && a.cmaPossible(peer) {
+		done, err := a.sendDirect(&c, peer, ch, tag, data)
+		if done || err != nil {
+			return err
+		}
+		// peer cannot read this process's memory: send through the ring.
+	}
 	tail := a.u64(ch + chTail)
 	head := st.head[peer]
 	var h [msgHdr]byte
@@ -264,45 +288,50 @@ func (a *Arena) consume(ch int, tail *uint64, k int) {
 }
 
 // recvLoop is the receiver goroutine started by Attach. It holds a.life
-// shared until it returns (when the arena closes).
+// shared until it returns (when the arena closes). While a waiter holds
+// the receiving role (Progress) it only sleeps on the doorbell.
 func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 	defer close(done)
 	defer a.life.RUnlock()
+	st := &a.p2p
 	P, me := a.size, a.rank
-	tails := make([]uint64, P)
-	gone := make([]bool, P)
 	bellOff := a.ctl(me) + ctlBell
 	bell, sleeping := a.u32(bellOff), a.u32(bellOff+4)
 	idleSince := time.Now()
 	nextCheck := idleSince
 	for !a.closing.Load() {
 		b := bell.Load()
-		progressed := false
-		for k := 1; k < P; k++ {
-			src := (me + k) % P
-			if gone[src] {
-				continue
+		if !st.role.TryLock() {
+			// A waiter reads the rings (Progress). Sleep without counting
+			// as a sleeper, so that senders do not wake this goroutine
+			// while the waiter is there; the last waiter to leave wakes it.
+			st.parked.Store(true)
+			if st.assisting.Load() > 0 && bell.Load() == b && !a.closing.Load() {
+				futexWait((*uint32)(a.ptr(bellOff)), b, a.pol.Idle)
+			} else {
+				a.yield()
 			}
-			ok, err := a.recvOne(mb, src, &tails[src])
-			if err != nil {
-				gone[src] = true
-				mb.FailPeer(a.globalRank(src), err)
-				continue
-			}
-			progressed = progressed || ok
+			st.parked.Store(false)
+			continue
+		}
+		progressed := a.scan(mb)
+		if progressed && st.assisting.Load() > 0 {
+			a.kick()
 		}
 		if a.closing.Load() {
+			st.role.Unlock()
 			return
 		}
 		now := time.Now()
 		if progressed {
+			st.role.Unlock()
 			idleSince = now
 			continue
 		}
 		if !now.Before(nextCheck) {
 			nextCheck = now.Add(a.pol.Liveness)
 			for src := 0; src < P; src++ {
-				if src == me || gone[src] {
+				if src == me || st.gone[src] {
 					continue
 				}
 				err := a.peerErr("recv", src, true)
@@ -310,13 +339,14 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 					continue
 				}
 				// A peer that closed may have left messages: drain them first.
-				if errors.Is(err, transport.ErrPeerGone) && a.u64(a.lay.ch(src, me)+chHead).Load() != tails[src] {
+				if errors.Is(err, transport.ErrPeerGone) && a.u64(a.lay.ch(src, me)+chHead).Load() != st.tails[src] {
 					continue
 				}
-				gone[src] = true
+				st.gone[src] = true
 				mb.FailPeer(a.globalRank(src), err)
 			}
 		}
+		st.role.Unlock()
 		if now.Sub(idleSince) < a.pol.Yield {
 			a.yield()
 			continue
@@ -328,6 +358,36 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 		sleeping.Add(^uint32(0))
 		nextCheck = time.Time{} // check the peers after every sleep
 	}
+}
+
+// scan delivers every message that has started to arrive into mb, one per
+// source and round, and reports whether it delivered any. The caller holds
+// the role.
+func (a *Arena) scan(mb *transport.Mailbox) bool {
+	st := &a.p2p
+	P, me := a.size, a.rank
+	progressed := false
+	for k := 1; k < P; k++ {
+		src := (me + k) % P
+		if st.gone[src] {
+			continue
+		}
+		ok, err := a.recvOne(mb, src, &st.tails[src])
+		if err != nil {
+			st.gone[src] = true
+			mb.FailPeer(a.globalRank(src), err)
+			continue
+		}
+		progressed = progressed || ok
+	}
+	return progressed
+}
+
+// kick rings this rank's own doorbell, waking goroutines in Progress.
+func (a *Arena) kick() {
+	bell := a.ctl(a.rank) + ctlBell
+	a.u32(bell).Add(1)
+	futexWake((*uint32)(a.ptr(bell)))
 }
 
 // recvOne delivers the next message from src into mb, if one has started
@@ -344,8 +404,11 @@ func (a *Arena) recvOne(mb *transport.Mailbox, src int, tail *uint64) (bool, err
 	}
 	var h [msgHdr]byte
 	a.ringCopy(ch, *tail, h[:], false)
-	a.consume(ch, tail, msgHdr)
 	tag, n := binary.LittleEndian.Uint64(h[0:]), binary.LittleEndian.Uint64(h[8:])
+	if n&cmaFlag != 0 {
+		return a.recvDirect(mb, src, ch, tail, transport.Tag(tag), n&^cmaFlag)
+	}
+	a.consume(ch, tail, msgHdr)
 	if n > maxMessage {
 		return true, &transport.PeerError{Op: "recv", Peer: a.globalRank(src),
 			Err: fmt.Errorf("%w: corrupt message header from local rank %d (length %d)", transport.ErrConnLost, src, n)}

@@ -14,12 +14,12 @@ import (
 
 // Not under -race: transport.Recv.Cancel reads Recv.src without the
 // mailbox lock while the reader completes the receive (a bug in
-// libgodist/transport/mailbox.go, which also passes OnStuck an unset src;
+// libgodist/transport/mailbox.go, which also passes its stuck handler an unset src;
 // hence Arena.BreakStuck ignores the rank it is given).
 
 // TestStuckReceiveBreaksChannel: a receive canceled while its message is
 // half-way through the ring (the sender stalled) makes the mailbox call
-// OnStuck; the transport then cuts the channel so the read ends.
+// the stuck handler; the transport then cuts the channel so the read ends.
 func TestStuckReceiveBreaksChannel(t *testing.T) {
 	trs := newTransports(t, 2, nil)
 	a := trs[0].Arena()

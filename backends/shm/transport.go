@@ -31,7 +31,7 @@ func NewTransport(a *Arena) (*Transport, error) {
 		seen[g] = true
 	}
 	mb := transport.NewMailbox(a.size)
-	mb.OnStuck = func(int) { a.BreakStuck() }
+	mb.SetOnStuck(func(int) { a.BreakStuck() })
 	if err := a.Attach(mb); err != nil {
 		return nil, err
 	}

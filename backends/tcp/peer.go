@@ -80,7 +80,9 @@ func (p *peer) readLoop(t *Transport) {
 		switch h.kind {
 		case kindGoodbye:
 			p.goodbye.Store(true)
-			t.mb.FailPeer(p.rank, transport.ErrPeerGone)
+			if !t.isDelegated(p.rank) {
+				t.mb.FailPeer(p.rank, transport.ErrPeerGone)
+			}
 		case kindData:
 			if err := t.mb.Deliver(p.rank, h.tag, int(h.n), p.br); err != nil {
 				t.peerEnded(p, err)

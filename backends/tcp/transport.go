@@ -24,6 +24,7 @@ type Transport struct {
 
 	closing   atomic.Bool
 	closeOnce sync.Once
+	delegated atomic.Pointer[func(int) bool] // see Delegate
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -33,17 +34,34 @@ var goodbyeWait = 2 * time.Second
 
 func newTransport(rank, size int, mb *transport.Mailbox, peers []*peer) *Transport {
 	t := &Transport{rank: rank, size: size, mb: mb, peers: peers}
-	mb.OnStuck = func(r int) {
-		if r >= 0 && r < size && peers[r] != nil {
-			_ = peers[r].conn.Close()
-		}
-	}
+	mb.SetOnStuck(t.BreakPeer)
 	for _, p := range peers {
 		if p != nil {
 			go p.readLoop(t)
 		}
 	}
 	return t
+}
+
+// Mailbox is where received messages are matched; another transport (the
+// shared-memory arena) may deliver into it too.
+func (t *Transport) Mailbox() *transport.Mailbox { return t.mb }
+
+// BreakPeer closes the connection to rank r, so that a read from it ends.
+func (t *Transport) BreakPeer(r int) {
+	if r >= 0 && r < t.size && t.peers[r] != nil {
+		_ = t.peers[r].conn.Close()
+	}
+}
+
+// Delegate names the peers whose departure another transport reports:
+// their goodbye frames no longer fail them in the mailbox (messages they
+// sent on the other path before leaving may still be in flight there).
+func (t *Transport) Delegate(peers func(r int) bool) { t.delegated.Store(&peers) }
+
+func (t *Transport) isDelegated(r int) bool {
+	f := t.delegated.Load()
+	return f != nil && (*f)(r)
 }
 
 // Rank is this process's rank.

@@ -27,10 +27,41 @@ type Mailbox struct {
 	peerErr    []error
 	err        error
 
-	// OnStuck, if set, is called (without locks) with a peer whose message
-	// is being read into a receive that must be abandoned; the transport
-	// must then break that connection so the read ends.
-	OnStuck func(peer int)
+	onStuck func(peer int) // guarded by mu; see SetOnStuck
+	helper  Helper         // guarded by mu; see SetHelper
+}
+
+// Helper reads messages from peer (or AnySource) into the mailbox on the
+// calling goroutine until done is closed or until passes (a zero until
+// polls once). It returns false at once if it cannot help with peer; the
+// waiter then blocks instead.
+type Helper func(peer int, done <-chan struct{}, until time.Time) bool
+
+// SetHelper installs the transport's Helper: receives waited for with
+// Recv.Wait or Recv.Help then make progress on the waiting goroutine.
+func (mb *Mailbox) SetHelper(h Helper) {
+	mb.mu.Lock()
+	mb.helper = h
+	mb.mu.Unlock()
+}
+
+func (mb *Mailbox) getHelper() Helper {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	return mb.helper
+}
+
+// helpSlice bounds one Helper call made by Recv.Wait, so that a canceled
+// context is noticed promptly.
+const helpSlice = 10 * time.Millisecond
+
+// SetOnStuck sets the function called (without locks) with a peer whose
+// message is being read into a receive that must be abandoned; the
+// transport must then break that connection so the read ends.
+func (mb *Mailbox) SetOnStuck(f func(peer int)) {
+	mb.mu.Lock()
+	mb.onStuck = f
+	mb.mu.Unlock()
 }
 
 type key struct {
@@ -102,6 +133,19 @@ func (r *Recv) OnDone(f func(*Recv)) {
 	f(r)
 }
 
+// Help makes progress toward this receive on the calling goroutine until
+// it completes or until passes, if the transport has a Helper that can
+// (see SetHelper); it reports whether it could.
+func (r *Recv) Help(until time.Time) bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+	}
+	h := r.mb.getHelper()
+	return h != nil && h(r.Peer, r.done, until)
+}
+
 // Wait blocks until the receive completes or ctx ends. When ctx ends first
 // the receive is canceled, and Wait returns only once the transport no
 // longer touches Buf.
@@ -110,6 +154,26 @@ func (r *Recv) Wait(ctx context.Context) error {
 	case <-r.done:
 		return r.err
 	default:
+	}
+	if h := r.mb.getHelper(); h != nil {
+		dl, hasDl := ctx.Deadline()
+		for {
+			until := time.Now().Add(helpSlice)
+			if hasDl && dl.Before(until) {
+				until = dl
+			}
+			if !h(r.Peer, r.done, until) {
+				break
+			}
+			select {
+			case <-r.done:
+				return r.err
+			case <-ctx.Done():
+				r.Cancel(ctxErr(ctx))
+				return r.err
+			default:
+			}
+		}
 	}
 	select {
 	case <-r.done:
@@ -144,6 +208,7 @@ func (r *Recv) Cancel(cause error) {
 		return
 	}
 	src := r.src // claimed: the sender is known
+	onStuck := mb.onStuck
 	mb.mu.Unlock()
 	// Claimed: bytes are being read into Buf right now.
 	t := time.NewTimer(stuckGrace)
@@ -153,8 +218,8 @@ func (r *Recv) Cancel(cause error) {
 		return
 	case <-t.C:
 	}
-	if mb.OnStuck != nil {
-		mb.OnStuck(src)
+	if onStuck != nil {
+		onStuck(src)
 	}
 	<-r.done
 }

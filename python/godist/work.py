@@ -179,6 +179,12 @@ class _Completer:
         with self._lock:
             mine = [h for h in group.handles if self._pending.pop(h, None) is not None]
             self._claimed.update(mine)
+        # Handles Go has not pushed yet never will be: the completion thread
+        # is not woken for them at all.
+        unqueued = [h for h in mine if lib.work_claim(h) == _errors.OK]
+        if unqueued:
+            with self._lock:
+                self._claimed.difference_update(unqueued)
         src = ctypes.c_int32()
         for h in mine:
             try:
