@@ -22,16 +22,32 @@ import (
 
 // Every collective below: looks up the group, views the caller's buffers,
 // calls the libgodist method and stores the Work handle in *work. With
-// notify != 0 the handle is also pushed to the completion queue
-// (godist_wait_any) when the work completes. No logic lives here.
+// notify == 1 the handle is also pushed to the completion queue
+// (godist_wait_any) when the work completes (notify == 2: only once
+// godist_work_watch asks for it); with notify < 0 a work that
+// completed during the call (an inline collective, a send) returns its
+// outcome directly and no handle (*work = 0). No logic lives here.
 
-// submitted registers w and returns its handle through out.
+// submitted registers w and returns its handle through out. With notify
+// < 0 (a caller that will wait at once) a work that has already completed
+// gets no handle: *out is 0 and the return value is the op's outcome.
 func submitted(w *libgodist.Work, err error, notify C.int32_t, out *C.uint64_t, errbuf *C.char, errlen C.int32_t) C.int {
 	if err != nil {
 		return finish(err, errbuf, errlen)
 	}
+	if notify < 0 {
+		select {
+		case <-w.Done():
+			if out != nil {
+				*out = 0
+			}
+			return finish(w.Err(), errbuf, errlen)
+		default:
+			notify = 0
+		}
+	}
 	h := handles.put(w)
-	if notify != 0 {
+	if notify == 1 {
 		completions.watch(h, w)
 	}
 	if out != nil {
@@ -201,5 +217,5 @@ func godist_monitored_barrier(h C.uint64_t, timeoutMs C.int64_t, waitAll C.int32
 // opts builds the per-call options: a synchronous caller (notify == 0) may
 // have its collective run inline.
 func opts(timeoutMs C.int64_t, notify C.int32_t) libgodist.Opts {
-	return libgodist.Opts{Timeout: millis(timeoutMs), Inline: notify == 0}
+	return libgodist.Opts{Timeout: millis(timeoutMs), Inline: notify <= 0}
 }

@@ -50,6 +50,21 @@ func godist_work_free(h C.uint64_t) (rc C.int) {
 	return statusOK
 }
 
+// godist_work_watch has a work submitted with notify == 2 pushed to the
+// completion queue when it completes (at once if it has); it returns
+// statusInvalid for an unknown handle. Watching twice is harmless.
+//
+//export godist_work_watch
+func godist_work_watch(h C.uint64_t) (rc C.int) {
+	defer recoverTo(&rc, nil, 0)
+	w, err := lookup[*libgodist.Work](uint64(h))
+	if err != nil {
+		return statusInvalid
+	}
+	completions.watch(uint64(h), w)
+	return statusOK
+}
+
 // godist_work_claim takes a work registered with notify away from the
 // completion queue, for a caller that waits for it itself: it returns
 // statusOK if the handle will never be pushed, statusNotReady if it was
@@ -108,7 +123,9 @@ var completions = completionQueue{signal: make(chan struct{}, 1)}
 // watch pushes h when w completes unless a waiter claims it first.
 func (c *completionQueue) watch(h uint64, w *libgodist.Work) {
 	st := new(atomic.Int32)
-	c.watched.Store(h, st)
+	if _, dup := c.watched.LoadOrStore(h, st); dup {
+		return
+	}
 	w.OnDone(func() {
 		if st.CompareAndSwap(notePending, notePushed) {
 			c.push(h)

@@ -301,8 +301,8 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 	nextCheck := idleSince
 	for !a.closing.Load() {
 		b := bell.Load()
-		if !st.role.TryLock() {
-			// A waiter reads the rings (Progress). Sleep without counting
+		if st.assisting.Load() > 0 || !st.role.TryLock() {
+			// A waiter reads the rings (Progress). Stand aside: sleep without counting
 			// as a sleeper, so that senders do not wake this goroutine
 			// while the waiter is there; the last waiter to leave wakes it.
 			st.parked.Store(true)

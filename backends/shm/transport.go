@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -32,6 +33,10 @@ func NewTransport(a *Arena) (*Transport, error) {
 	}
 	mb := transport.NewMailbox(a.size)
 	mb.SetOnStuck(func(int) { a.BreakStuck() })
+	mb.SetHelper(func(_ int, done <-chan struct{}, until time.Time) bool {
+		a.Progress(done, until)
+		return true
+	})
 	if err := a.Attach(mb); err != nil {
 		return nil, err
 	}

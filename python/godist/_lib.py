@@ -61,6 +61,7 @@ _DECLS = {
     "godist_work_wait": (c_int, [c_uint64, c_int64, POINTER(c_int32)] + _ERR),
     "godist_work_free": (c_int, [c_uint64]),
     "godist_work_claim": (c_int, [c_uint64]),
+    "godist_work_watch": (c_int, [c_uint64]),
     "godist_wait_any": (c_int, [c_int64, _U64P, c_int32, POINTER(c_int32)]),
     # ----- stores (capi/store.go; used by godist/store.py) -----
     # A key or value is (bytes, length). Returned values come back as a

@@ -1,12 +1,15 @@
 """Work objects and the completion thread.
 
-An asynchronous op is handed to Go with ``notify=1``; Go pushes its handle to
-a completion queue when it finishes. One daemon thread per process blocks in
-``godist_wait_any`` (the GIL is released while it waits), collects the
-outcome, runs the op's finaliser (copy-backs for non-contiguous outputs) and
-completes the :class:`GodistWork` (its event and its torch future).
-Synchronous ops (``async_op=False``) are waited for on the calling thread
-and return an already completed Work.
+An asynchronous op is handed to Go with ``notify=2`` and held here (with its
+buffers). A caller that waits for it settles it on its own thread, waiting
+in Go. Once someone watches it instead (``get_future``, ``is_completed``),
+``godist_work_watch`` has Go push its handle to a completion queue when it
+finishes; one daemon thread per process blocks in ``godist_wait_any`` (the
+GIL is released while it waits), collects the outcome, runs the op's
+finaliser (copy-backs for non-contiguous outputs) and completes the
+:class:`GodistWork` (its event and its torch future). Synchronous ops
+(``async_op=False``) are waited for on the calling thread and return an
+already completed Work.
 """
 
 from __future__ import annotations
@@ -22,38 +25,67 @@ import torch.distributed as dist
 from . import _errors, _lib
 
 _WAIT_SLICE_MS = 100
+_HOLD_MAX = 4096
+
+# Guards the lazily made parts of every GodistWork (held for a few
+# attribute accesses only).
+_lazy_lock = threading.Lock()
+
+
+def _complete_future(fut, outputs, exc):
+    if exc is None:
+        fut.set_result(outputs)
+    else:
+        fut.set_exception(exc)
 
 
 class GodistWork(dist._Work):
     """The Work returned by every godist operation."""
 
+    # The threading.Event and the torch Future are made only when someone
+    # needs them (a blocking wait on another thread's completion, or
+    # get_future): most works complete before anyone looks.
+
     def __init__(self, op: str, outputs):
         super().__init__()
         self._op = op
         self._outputs = outputs
-        self._event = threading.Event()
+        self._done = False
+        self._event = None
         self._exc = None
         self._source = -1
-        self._fut = torch.futures.Future()
+        self._fut = None
         self._group = None  # set while the completion thread owns the op
 
     # completion (called once, by the completion thread or the caller)
     def _finish(self, exc=None, source=-1):
-        self._exc = exc
-        self._source = source
+        with _lazy_lock:
+            self._exc = exc
+            self._source = source
+            self._done = True
+            fut, ev = self._fut, self._event
         # Complete the future before the event: a waiter woken by the event
         # may read the future's value at once.
-        if exc is None:
-            self._fut.set_result(self._outputs)
-        else:
-            self._fut.set_exception(exc)
-        self._event.set()
+        if fut is not None:
+            _complete_future(fut, self._outputs, exc)
+        if ev is not None:
+            ev.set()
+
+    def _get_event(self):
+        with _lazy_lock:
+            if self._event is None:
+                self._event = threading.Event()
+                if self._done:
+                    self._event.set()
+            return self._event
 
     def is_completed(self) -> bool:
-        return self._event.is_set()
+        if not self._done:
+            self._watch()
+        return self._done
 
     def is_success(self) -> bool:
-        return self._event.is_set() and self._exc is None
+        return self._done and self._exc is None
 
     def exception(self):
         return self._exc
@@ -62,6 +94,13 @@ class GodistWork(dist._Work):
         """Wait for completion and raise the op's error, if any. A timeout
         (timedelta or seconds; 0 or None means none) that passes first raises
         GodistTimeoutError."""
+        if not self._done:
+            self._block(timeout)
+        if self._exc is not None:
+            raise self._exc
+        return True
+
+    def _block(self, timeout):
         secs = None
         if isinstance(timeout, datetime.timedelta):
             secs = timeout.total_seconds()
@@ -69,21 +108,36 @@ class GodistWork(dist._Work):
             secs = float(timeout)
         if secs is not None and secs <= 0:
             secs = None
-        if secs is None and self._group is not None and not self._event.is_set():
+        if secs is None and self._group is not None:
             # Wait in Go on this thread instead of for the completion thread.
             completer.wait_here(self._group)
+            if self._done:
+                return
+        ev = self._get_event()
         deadline = None if secs is None else time.monotonic() + secs
-        while not self._event.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))):
+        while not ev.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))):
             if deadline is not None and time.monotonic() >= deadline:
                 raise _errors.GodistTimeoutError(
                     f"godist: {self._op}: Work.wait timed out after {secs:g}s (the op is still pending)",
                     _errors.TIMEOUT)
-        if self._exc is not None:
-            raise self._exc
-        return True
 
     def get_future(self):
-        return self._fut
+        now = False
+        with _lazy_lock:
+            fut = self._fut
+            if fut is None:
+                fut = self._fut = torch.futures.Future()
+                now = self._done
+        if now:  # outside the lock: callbacks run inside set_result
+            _complete_future(fut, self._outputs, self._exc)
+        else:
+            self._watch()
+        return fut
+
+    def _watch(self):
+        g = self._group
+        if g is not None:
+            completer.watch(g)
 
     def result(self):
         self.wait()
@@ -150,10 +204,36 @@ class _Completer:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._pending = {}
+        self._held = {}  # handle -> _Group: submitted, nobody watches yet
+        self._pending = {}  # handle -> _Pending: Go pushes it when done
         self._early = {}
         self._claimed = set()  # handles settled by a waiting caller instead
         self._thread = None
+
+    def hold(self, group: _Group):
+        """Keep an async op's handles (and through them its buffers) until
+        a caller waits for it or watches it. Past _HOLD_MAX held handles,
+        the oldest ones are watched, so ops nobody waits for still get
+        settled and freed."""
+        with self._lock:
+            for h in group.handles:
+                self._held[h] = group
+            spill = len(self._held) > _HOLD_MAX
+        if spill:
+            with self._lock:
+                old = list(self._held.values())[: len(self._held) // 2]
+            for g in dict.fromkeys(old):
+                self.watch(g)
+
+    def watch(self, group: _Group):
+        """Have the completion thread settle group when Go completes it."""
+        lib = _lib.load()
+        with self._lock:
+            mine = [h for h in group.handles if self._held.pop(h, None) is not None]
+        if mine:
+            self.add(group, mine)
+            for h in mine:
+                lib.work_watch(h)
 
     def add(self, group: _Group, handles):
         lib = _lib.load()
@@ -177,14 +257,17 @@ class _Completer:
         the completion thread for a caller that blocks anyway."""
         lib = _lib.load()
         with self._lock:
-            mine = [h for h in group.handles if self._pending.pop(h, None) is not None]
-            self._claimed.update(mine)
-        # Handles Go has not pushed yet never will be: the completion thread
-        # is not woken for them at all.
-        unqueued = [h for h in mine if lib.work_claim(h) == _errors.OK]
-        if unqueued:
-            with self._lock:
-                self._claimed.difference_update(unqueued)
+            held = [h for h in group.handles if self._held.pop(h, None) is not None]
+            watched = [h for h in group.handles if self._pending.pop(h, None) is not None]
+            self._claimed.update(watched)
+        if watched:
+            # Handles Go has not pushed yet never will be: the completion
+            # thread is not woken for them at all.
+            unqueued = [h for h in watched if lib.work_claim(h) == _errors.OK]
+            if unqueued:
+                with self._lock:
+                    self._claimed.difference_update(unqueued)
+        mine = held + watched
         src = ctypes.c_int32()
         for h in mine:
             try:
@@ -250,12 +333,18 @@ def _submit(op, outputs, calls, finalize, keep, async_op):
     lib = _lib.load()
     work = GodistWork(op, outputs)
     handles = []
-    notify = 1 if async_op else 0
+    # -1: a synchronous caller; Go returns the outcome of an op that
+    # completed during the call (inline collectives, sends) with no handle.
+    # 2: asynchronous, and Go does not report completion until the work is
+    # watched (get_future, is_completed); a caller that waits settles it
+    # on its own thread.
+    notify = 2 if async_op else -1
     try:
         for call in calls:
             h = ctypes.c_uint64()
             call(notify, ctypes.byref(h))
-            handles.append(h.value)
+            if h.value:
+                handles.append(h.value)
     except Exception:
         # Already submitted parts still run; wait for them so no Go op writes
         # into memory Python may free, then re-raise.
@@ -268,7 +357,7 @@ def _submit(op, outputs, calls, finalize, keep, async_op):
         return work
     if async_op:
         work._group = group
-        completer.add(group, handles)
+        completer.hold(group)
         return work
     for h in handles:
         exc, src = _wait_handle(lib, h)
@@ -316,5 +405,5 @@ def combine(op: str, works) -> GodistWork:
             out._finish(exc)
 
     for w in works:
-        w._fut.add_done_callback(one_done)
+        w.get_future().add_done_callback(one_done)
     return out
