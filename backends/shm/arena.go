@@ -27,6 +27,7 @@ type Arena struct {
 	global     []int
 	lay        layout
 	pol        WaitPolicy
+	p2pPol     WaitPolicy // pol for point-to-point waits (see p2pPolicy)
 
 	mem  []byte         // the mapping; valid while a.life is held and !a.closed
 	base unsafe.Pointer // &mem[0]
@@ -109,6 +110,7 @@ func Open(ctx context.Context, cfg Config) (*Arena, error) {
 	} else {
 		a.pol = DefaultWaitPolicy(a.size)
 	}
+	a.p2pPol = p2pPolicy(a.pol)
 	if err := a.join(ctx); err != nil {
 		_ = unmap(mem)
 		return nil, err
@@ -371,6 +373,8 @@ func (a *Arena) wakeAll() {
 		futexWake(a.low(c + ctlR))
 		a.u32(c + ctlBell).Add(1) // a receiver about to sleep sees the change
 		futexWake((*uint32)(a.ptr(c + ctlBell)))
+		a.u32(c + ctlIdle).Add(1)
+		futexWake((*uint32)(a.ptr(c + ctlIdle)))
 		if r != a.rank {
 			futexWake(a.low(a.lay.ch(a.rank, r) + chTail))
 		}

@@ -45,9 +45,16 @@ const (
 	// u64 seq, u32 kind, u32 arg, u64 n, padding to 64, InlineSize bytes.
 	ctlBlock = 256
 	// ctlBell is this rank's point-to-point doorbell: u32 counter bumped by
-	// senders (multi-writer) and, at +4, u32 set while the receiver sleeps.
-	ctlBell   = ctlBlock + 2*blockSize // 896
-	ctlStride = 1024
+	// senders (multi-writer) and, at +4, u32 count of this rank's
+	// goroutines sleeping on it (waiters in Progress, readers of a
+	// streamed message). The receiver goroutine sleeps on its own word
+	// when idle (ctlIdle, with its sleeping flag at ctlIdle+4), which
+	// senders wake only while no waiter is present (ctlWaiters: how many
+	// goroutines of this rank are in Progress).
+	ctlBell    = ctlBlock + 2*blockSize // 896
+	ctlIdle    = ctlBell + 8
+	ctlWaiters = ctlBell + 16
+	ctlStride  = 1024
 
 	// Step block fields.
 	bSeq    = 0

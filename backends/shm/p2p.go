@@ -53,12 +53,10 @@ type p2pState struct {
 	role  sync.Mutex
 	tails []uint64 // per source: bytes consumed; guarded by role
 	gone  []bool   // per source: channel failed; guarded by role
-	// assisting counts goroutines in Progress; the receiver goroutine
-	// rings this rank's own doorbell after a delivery when it is non-zero.
-	assisting atomic.Int32
-	// parked is set while the receiver goroutine sleeps because a waiter
-	// holds the role; the last waiter to leave then wakes it.
-	parked atomic.Bool
+	// streaming is set by a waiter that met a message whose bytes are not
+	// all in the ring yet: the receiver goroutine then reads it (a waiter
+	// must stay free to give up at its deadline).
+	streaming atomic.Bool
 	// directOK: per source, a single-copy read has worked; guarded by role.
 	directOK []bool
 }
@@ -233,12 +231,18 @@ func (a *Arena) Send(ctx context.Context, peer int, tag transport.Tag, data []by
 	return nil
 }
 
-// ring bumps peer's doorbell and wakes its receiver if it sleeps.
+// ring bumps peer's doorbell and wakes whoever of peer sleeps on it: its
+// waiters and readers, or, when no waiter is there to read, its idle
+// receiver goroutine.
 func (a *Arena) ring(peer int) {
-	bell := a.ctl(peer) + ctlBell
-	a.u32(bell).Add(1)
-	if a.u32(bell+4).Load() != 0 {
-		futexWake((*uint32)(a.ptr(bell)))
+	c := a.ctl(peer)
+	a.u32(c + ctlBell).Add(1)
+	if a.u32(c+ctlBell+4).Load() != 0 {
+		futexWake((*uint32)(a.ptr(c + ctlBell)))
+	}
+	if a.u32(c+ctlWaiters).Load() == 0 && a.u32(c+ctlIdle+4).Load() != 0 {
+		a.u32(c + ctlIdle).Add(1)
+		futexWake((*uint32)(a.ptr(c + ctlIdle)))
 	}
 }
 
@@ -252,7 +256,7 @@ func (a *Arena) waitSpace(c *opCtx, peer, ch int, head uint64, need int) error {
 		return nil
 	}
 	broken := a.u32(ch + chBroken)
-	return a.waitLoop(ready, a.low(ch+chTail), a.u32(ch+chSendSleep), c.dl, func(now time.Time, live bool) error {
+	return a.waitLoopWith(&a.p2pPol, ready, a.low(ch+chTail), a.u32(ch+chSendSleep), c.dl, func(now time.Time, live bool) error {
 		if broken.Load() != 0 {
 			return &transport.PeerError{Op: c.op, Peer: a.globalRank(peer), Err: fmt.Errorf("%w: the channel to local rank %d was cut", transport.ErrConnLost, peer)}
 		}
@@ -294,28 +298,44 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 	defer close(done)
 	defer a.life.RUnlock()
 	st := &a.p2p
-	P, me := a.size, a.rank
-	bellOff := a.ctl(me) + ctlBell
-	bell, sleeping := a.u32(bellOff), a.u32(bellOff+4)
+	me := a.rank
+	c := a.ctl(me)
+	bell, waiters := a.u32(c+ctlBell), a.u32(c+ctlWaiters)
+	idleOff := c + ctlIdle
+	idle, idleSleeping := a.u32(idleOff), a.u32(idleOff+4)
 	idleSince := time.Now()
 	nextCheck := idleSince
+	// sleep waits for a sender (or a departing waiter) to wake this
+	// goroutine; b is the doorbell value seen before the last scan.
+	sleep := func(b uint32) {
+		v := idle.Load()
+		idleSleeping.Store(1)
+		if bell.Load() == b && !a.closing.Load() {
+			futexWait((*uint32)(a.ptr(idleOff)), v, a.pol.Idle)
+		}
+		idleSleeping.Store(0)
+	}
 	for !a.closing.Load() {
 		b := bell.Load()
-		if st.assisting.Load() > 0 || !st.role.TryLock() {
-			// A waiter reads the rings (Progress). Stand aside: sleep without counting
-			// as a sleeper, so that senders do not wake this goroutine
-			// while the waiter is there; the last waiter to leave wakes it.
-			st.parked.Store(true)
-			if st.assisting.Load() > 0 && bell.Load() == b && !a.closing.Load() {
-				futexWait((*uint32)(a.ptr(bellOff)), b, a.pol.Idle)
+		if (waiters.Load() > 0 && !st.streaming.Load()) || !st.role.TryLock() {
+			// A waiter reads the rings (Progress): stand aside. Senders do
+			// not wake this goroutine while a waiter is there.
+			if waiters.Load() > 0 {
+				sleep(b)
+				// Peers are watched here all the same.
+				if now := time.Now(); !now.Before(nextCheck) && st.role.TryLock() {
+					nextCheck = now.Add(a.pol.Liveness)
+					a.checkPeers(mb)
+					st.role.Unlock()
+				}
 			} else {
 				a.yield()
 			}
-			st.parked.Store(false)
 			continue
 		}
-		progressed := a.scan(mb)
-		if progressed && st.assisting.Load() > 0 {
+		st.streaming.Store(false)
+		progressed := a.scan(mb, false)
+		if progressed && waiters.Load() > 0 {
 			a.kick()
 		}
 		if a.closing.Load() {
@@ -330,40 +350,45 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 		}
 		if !now.Before(nextCheck) {
 			nextCheck = now.Add(a.pol.Liveness)
-			for src := 0; src < P; src++ {
-				if src == me || st.gone[src] {
-					continue
-				}
-				err := a.peerErr("recv", src, true)
-				if err == nil {
-					continue
-				}
-				// A peer that closed may have left messages: drain them first.
-				if errors.Is(err, transport.ErrPeerGone) && a.u64(a.lay.ch(src, me)+chHead).Load() != st.tails[src] {
-					continue
-				}
-				st.gone[src] = true
-				mb.FailPeer(a.globalRank(src), err)
-			}
+			a.checkPeers(mb)
 		}
 		st.role.Unlock()
-		if now.Sub(idleSince) < a.pol.Yield {
+		if now.Sub(idleSince) < a.p2pPol.Yield {
 			a.yield()
 			continue
 		}
-		sleeping.Add(1)
-		if bell.Load() == b && !a.closing.Load() {
-			futexWait((*uint32)(a.ptr(bellOff)), b, a.pol.Idle)
-		}
-		sleeping.Add(^uint32(0))
+		sleep(b)
 		nextCheck = time.Time{} // check the peers after every sleep
 	}
 }
 
+// checkPeers fails in mb the sources whose process ended or that closed
+// (once their messages are drained). The caller holds the role.
+func (a *Arena) checkPeers(mb *transport.Mailbox) {
+	st := &a.p2p
+	for src := 0; src < a.size; src++ {
+		if src == a.rank || st.gone[src] {
+			continue
+		}
+		err := a.peerErr("recv", src, true)
+		if err == nil {
+			continue
+		}
+		// A peer that closed may have left messages: drain them first.
+		if errors.Is(err, transport.ErrPeerGone) && a.u64(a.lay.ch(src, a.rank)+chHead).Load() != st.tails[src] {
+			continue
+		}
+		st.gone[src] = true
+		mb.FailPeer(a.globalRank(src), err)
+	}
+}
+
 // scan delivers every message that has started to arrive into mb, one per
-// source and round, and reports whether it delivered any. The caller holds
+// source and round, and reports whether it delivered any. With whole, it
+// leaves a message whose bytes are not all published yet to the receiver
+// goroutine (and wakes it) instead of waiting for them. The caller holds
 // the role.
-func (a *Arena) scan(mb *transport.Mailbox) bool {
+func (a *Arena) scan(mb *transport.Mailbox, whole bool) bool {
 	st := &a.p2p
 	P, me := a.size, a.rank
 	progressed := false
@@ -372,7 +397,7 @@ func (a *Arena) scan(mb *transport.Mailbox) bool {
 		if st.gone[src] {
 			continue
 		}
-		ok, err := a.recvOne(mb, src, &st.tails[src])
+		ok, err := a.recvOne(mb, src, &st.tails[src], whole)
 		if err != nil {
 			st.gone[src] = true
 			mb.FailPeer(a.globalRank(src), err)
@@ -381,6 +406,13 @@ func (a *Arena) scan(mb *transport.Mailbox) bool {
 		progressed = progressed || ok
 	}
 	return progressed
+}
+
+// wakeIdle wakes this rank's receiver goroutine from its idle sleep.
+func (a *Arena) wakeIdle() {
+	idle := a.ctl(a.rank) + ctlIdle
+	a.u32(idle).Add(1)
+	futexWake((*uint32)(a.ptr(idle)))
 }
 
 // kick rings this rank's own doorbell, waking goroutines in Progress.
@@ -393,7 +425,7 @@ func (a *Arena) kick() {
 // recvOne delivers the next message from src into mb, if one has started
 // to arrive. It reports whether it delivered one, or an error after which
 // src's channel is unusable.
-func (a *Arena) recvOne(mb *transport.Mailbox, src int, tail *uint64) (bool, error) {
+func (a *Arena) recvOne(mb *transport.Mailbox, src int, tail *uint64, whole bool) (bool, error) {
 	ch := a.lay.ch(src, a.rank)
 	if a.u32(ch+chBroken).Load() != 0 {
 		return false, &transport.PeerError{Op: "recv", Peer: a.globalRank(src),
@@ -407,6 +439,11 @@ func (a *Arena) recvOne(mb *transport.Mailbox, src int, tail *uint64) (bool, err
 	tag, n := binary.LittleEndian.Uint64(h[0:]), binary.LittleEndian.Uint64(h[8:])
 	if n&cmaFlag != 0 {
 		return a.recvDirect(mb, src, ch, tail, transport.Tag(tag), n&^cmaFlag)
+	}
+	if whole && n <= maxMessage && a.u64(ch+chHead).Load()-*tail < msgHdr+n {
+		a.p2p.streaming.Store(true)
+		a.wakeIdle()
+		return false, nil
 	}
 	a.consume(ch, tail, msgHdr)
 	if n > maxMessage {
@@ -449,7 +486,7 @@ func (r *ringReader) Read(p []byte) (int, error) {
 	broken := a.u32(r.ch + chBroken)
 	if head.Load() == *r.tail {
 		bellOff := a.ctl(a.rank) + ctlBell
-		err := a.waitLoop(func() bool { return head.Load() != *r.tail || broken.Load() != 0 },
+		err := a.waitLoopWith(&a.p2pPol, func() bool { return head.Load() != *r.tail || broken.Load() != 0 },
 			(*uint32)(a.ptr(bellOff)), a.u32(bellOff+4), time.Time{},
 			func(now time.Time, live bool) error {
 				if a.closing.Load() {

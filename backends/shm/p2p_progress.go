@@ -5,6 +5,21 @@ import (
 	"time"
 )
 
+// p2pYieldOversubscribed caps the yield phase of point-to-point waits when
+// the local ranks outnumber the cores.
+const p2pYieldOversubscribed = 20 * time.Microsecond
+
+// p2pPolicy is the wait policy of point-to-point waits. A message comes
+// when its sender's program gets there, not within a collective step:
+// when the ranks outnumber the cores (no spin phase), sleep early and leave
+// the CPU to the ranks that have work.
+func p2pPolicy(pol WaitPolicy) WaitPolicy {
+	if pol.Spin == 0 {
+		pol.Yield = min(pol.Yield, p2pYieldOversubscribed)
+	}
+	return pol
+}
+
 // errProgressDone ends a Progress wait that reached its time limit.
 var errProgressDone = errors.New("progress: time limit")
 
@@ -28,6 +43,7 @@ func (a *Arena) Progress(done <-chan struct{}, until time.Time) {
 	if mb == nil {
 		return
 	}
+	waiters := a.u32(a.ctl(a.rank) + ctlWaiters)
 	finished := func() bool {
 		select {
 		case <-done:
@@ -41,7 +57,7 @@ func (a *Arena) Progress(done <-chan struct{}, until time.Time) {
 			return true
 		}
 		if st.role.TryLock() {
-			if a.scan(mb) && st.assisting.Load() > 1 {
+			if a.scan(mb, true) && waiters.Load() > 1 {
 				a.kick() // another waiter's message may be among them
 			}
 			st.role.Unlock()
@@ -51,14 +67,19 @@ func (a *Arena) Progress(done <-chan struct{}, until time.Time) {
 	if try() || until.IsZero() {
 		return
 	}
-	st.assisting.Add(1)
+	// While this rank has waiters, senders wake them and not the receiver
+	// goroutine. The last to leave scans once more: a message published
+	// before it left woke nobody else.
+	waiters.Add(1)
 	defer func() {
-		if st.assisting.Add(-1) == 0 && st.parked.Load() {
-			a.kick()
+		waiters.Add(^uint32(0))
+		if st.role.TryLock() {
+			a.scan(mb, true)
+			st.role.Unlock()
 		}
 	}()
 	bellOff := a.ctl(a.rank) + ctlBell
-	_ = a.waitLoop(try, (*uint32)(a.ptr(bellOff)), a.u32(bellOff+4), until,
+	_ = a.waitLoopWith(&a.p2pPol, try, (*uint32)(a.ptr(bellOff)), a.u32(bellOff+4), until,
 		func(now time.Time, _ bool) error {
 			if a.closing.Load() {
 				return errClosed("progress")

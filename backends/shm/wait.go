@@ -87,7 +87,12 @@ func (a *Arena) checkWait(c *opCtx, q int, now time.Time, live bool) error {
 // deadline (zero: none) caps the sleeps.
 func (a *Arena) waitLoop(ready func() bool, word *uint32, sleepers *atomic.Uint32, deadline time.Time,
 	check func(now time.Time, live bool) error) error {
-	pol := &a.pol
+	return a.waitLoopWith(&a.pol, ready, word, sleepers, deadline, check)
+}
+
+// waitLoopWith is waitLoop under the policy pol.
+func (a *Arena) waitLoopWith(pol *WaitPolicy, ready func() bool, word *uint32, sleepers *atomic.Uint32, deadline time.Time,
+	check func(now time.Time, live bool) error) error {
 	start := time.Now()
 	if pol.Spin > 0 {
 		for i := 1; ; i++ {
