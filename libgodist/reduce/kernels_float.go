@@ -177,6 +177,9 @@ func mulF16(d, a, b []byte) {
 }
 
 func addBF16(d, a, b []byte) {
+	if k := addBF16Vec(view[uint16](d), view[uint16](a), view[uint16](b)); k > 0 {
+		d, a, b = d[2*k:], a[2*k:], b[2*k:]
+	}
 	z, zt := blocks[uint16](d)
 	x, xt := blocks[uint16](a)
 	y, yt := blocks[uint16](b)
