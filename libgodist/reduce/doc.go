@@ -5,8 +5,10 @@
 // and an Op (numbered like torch's ReduceOp.RedOpType) says how to combine
 // them. Combine and Combine3 dispatch through a table indexed by
 // [op][dtype] to tight, allocation-free typed loops over unsafe views of the
-// bytes. AVG and PREMUL_SUM combine with SUM; their extra steps are Divide
-// (after the reduction) and Scale (before it).
+// bytes; on amd64 the float16 and bfloat16 kernels (and their Scale and
+// Divide) use AVX2 and F16C where the CPU has them, with results bitwise
+// identical to the Go loops. AVG and PREMUL_SUM combine with SUM; their
+// extra steps are Divide (after the reduction) and Scale (before it).
 //
 // # Semantics
 //

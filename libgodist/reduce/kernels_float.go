@@ -132,85 +132,13 @@ func maxFloat[S signed](d, a, b []byte, abs, inf, nan S) {
 	}
 }
 
-func minF16(d, a, b []byte)  { minFloat[int16](d, a, b, 0x7fff, 0x7c00, int16(nanF16)) }
-func maxF16(d, a, b []byte)  { maxFloat[int16](d, a, b, 0x7fff, 0x7c00, int16(nanF16)) }
-func minBF16(d, a, b []byte) { minFloat[int16](d, a, b, 0x7fff, 0x7f80, int16(nanBF16)) }
-func maxBF16(d, a, b []byte) { maxFloat[int16](d, a, b, 0x7fff, 0x7f80, int16(nanBF16)) }
-func minF32(d, a, b []byte)  { minFloat[int32](d, a, b, 0x7fffffff, 0x7f800000, int32(nanF32)) }
-func maxF32(d, a, b []byte)  { maxFloat[int32](d, a, b, 0x7fffffff, 0x7f800000, int32(nanF32)) }
+func minF32(d, a, b []byte) { minFloat[int32](d, a, b, 0x7fffffff, 0x7f800000, int32(nanF32)) }
+func maxF32(d, a, b []byte) { maxFloat[int32](d, a, b, 0x7fffffff, 0x7f800000, int32(nanF32)) }
 func minF64(d, a, b []byte) {
 	minFloat[int64](d, a, b, 0x7fffffffffffffff, 0x7ff0000000000000, int64(nanF64))
 }
 func maxF64(d, a, b []byte) {
 	maxFloat[int64](d, a, b, 0x7fffffffffffffff, 0x7ff0000000000000, int64(nanF64))
-}
-
-// float16 and bfloat16 SUM and PRODUCT: both operands are widened to float32
-// (exactly), the operation is done in float32 and the result is rounded to
-// nearest-even once. f32to16/f32tobf16 write the canonical NaN.
-
-func addF16(d, a, b []byte) {
-	z := view[uint16](d)
-	x := view[uint16](a)[:len(z)]
-	y := view[uint16](b)[:len(z)]
-	for i := range z {
-		z[i] = f32to16(f16to32(x[i]) + f16to32(y[i]))
-	}
-}
-
-func mulF16(d, a, b []byte) {
-	z, zt := blocks[uint16](d)
-	x, xt := blocks[uint16](a)
-	y, yt := blocks[uint16](b)
-	x, y = x[:len(z)], y[:len(z)]
-	for i := range z {
-		zz, xx, yy := &z[i], &x[i], &y[i]
-		zz[0] = f32to16(f16to32(xx[0]) * f16to32(yy[0]))
-		zz[1] = f32to16(f16to32(xx[1]) * f16to32(yy[1]))
-		zz[2] = f32to16(f16to32(xx[2]) * f16to32(yy[2]))
-		zz[3] = f32to16(f16to32(xx[3]) * f16to32(yy[3]))
-	}
-	xt, yt = xt[:len(zt)], yt[:len(zt)]
-	for i := range zt {
-		zt[i] = f32to16(f16to32(xt[i]) * f16to32(yt[i]))
-	}
-}
-
-func addBF16(d, a, b []byte) {
-	if k := addBF16Vec(view[uint16](d), view[uint16](a), view[uint16](b)); k > 0 {
-		d, a, b = d[2*k:], a[2*k:], b[2*k:]
-	}
-	z, zt := blocks[uint16](d)
-	x, xt := blocks[uint16](a)
-	y, yt := blocks[uint16](b)
-	x, y = x[:len(z)], y[:len(z)]
-	for i := range z {
-		zz, xx, yy := &z[i], &x[i], &y[i]
-		r0, r1 := bf16to32(xx[0])+bf16to32(yy[0]), bf16to32(xx[1])+bf16to32(yy[1])
-		r2, r3 := bf16to32(xx[2])+bf16to32(yy[2]), bf16to32(xx[3])+bf16to32(yy[3])
-		zz[0], zz[1], zz[2], zz[3] = f32tobf16(r0), f32tobf16(r1), f32tobf16(r2), f32tobf16(r3)
-	}
-	xt, yt = xt[:len(zt)], yt[:len(zt)]
-	for i := range zt {
-		zt[i] = f32tobf16(bf16to32(xt[i]) + bf16to32(yt[i]))
-	}
-}
-
-func mulBF16(d, a, b []byte) {
-	z, zt := blocks[uint16](d)
-	x, xt := blocks[uint16](a)
-	y, yt := blocks[uint16](b)
-	x, y = x[:len(z)], y[:len(z)]
-	for i := range z {
-		zz, xx, yy := &z[i], &x[i], &y[i]
-		r0, r1 := bf16to32(xx[0])*bf16to32(yy[0]), bf16to32(xx[1])*bf16to32(yy[1])
-		r2, r3 := bf16to32(xx[2])*bf16to32(yy[2]), bf16to32(xx[3])*bf16to32(yy[3])
-		zz[0], zz[1], zz[2], zz[3] = f32tobf16(r0), f32tobf16(r1), f32tobf16(r2), f32tobf16(r3)
-	}
-	xt, yt = xt[:len(zt)], yt[:len(zt)]
-	for i := range zt {
-		zt[i] = f32tobf16(bf16to32(xt[i]) * bf16to32(yt[i]))
-	}
 }
 
 // Complex PRODUCT: (ar + ai i)(br + bi i) = (ar br - ai bi) + (ar bi + ai br) i.

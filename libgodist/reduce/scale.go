@@ -25,18 +25,8 @@ func Scale(dt DType, buf []byte, factor float64) error {
 		for i := range v {
 			v[i] *= factor
 		}
-	case Float16:
-		f := float32(factor)
-		v := view[uint16](buf)
-		for i := range v {
-			v[i] = f32to16(f16to32(v[i]) * f)
-		}
-	case BFloat16:
-		f := float32(factor)
-		v := view[uint16](buf)
-		for i := range v {
-			v[i] = f32tobf16(bf16to32(v[i]) * f)
-		}
+	case Float16, BFloat16:
+		scaleHalf(dt == BFloat16, view[uint16](buf), float32(factor))
 	default:
 		return unsupportedf("reduce: cannot scale %s tensors (PREMUL_SUM needs a floating-point or complex dtype)", dt)
 	}
@@ -75,18 +65,8 @@ func Divide(dt DType, buf []byte, n int) error {
 		for i := range v {
 			v[i] /= f
 		}
-	case Float16:
-		f := float32(n)
-		v := view[uint16](buf)
-		for i := range v {
-			v[i] = f32to16(f16to32(v[i]) / f)
-		}
-	case BFloat16:
-		f := float32(n)
-		v := view[uint16](buf)
-		for i := range v {
-			v[i] = f32tobf16(bf16to32(v[i]) / f)
-		}
+	case Float16, BFloat16:
+		divideHalf(dt == BFloat16, view[uint16](buf), float32(n))
 	case Int8:
 		divInt[int8](buf, n)
 	case Uint8:
