@@ -451,17 +451,23 @@ func (a *Arena) recvOne(mb *transport.Mailbox, src int, tail *uint64, whole bool
 			Err: fmt.Errorf("%w: corrupt message header from local rank %d (length %d)", transport.ErrConnLost, src, n)}
 	}
 	rd := ringReader{a: a, src: src, ch: ch, tail: tail, left: int(n)}
+	return true, a.deliver(mb, src, transport.Tag(tag), int(n), &rd)
+}
+
+// deliver hands one message of n bytes from local rank src, read from rd,
+// to mb; an error is a *transport.PeerError after which src's channel is
+// unusable.
+func (a *Arena) deliver(mb *transport.Mailbox, src int, tag transport.Tag, n int, rd io.Reader) error {
 	a.p2p.delivering.Store(int32(src))
-	err := mb.Deliver(a.globalRank(src), transport.Tag(tag), int(n), &rd)
+	err := mb.Deliver(a.globalRank(src), tag, n, rd)
 	a.p2p.delivering.Store(-1)
 	if err != nil {
 		var pe *transport.PeerError
 		if !errors.As(err, &pe) {
 			err = &transport.PeerError{Op: "recv", Peer: a.globalRank(src), Err: err}
 		}
-		return true, err
 	}
-	return true, nil
+	return err
 }
 
 // ringReader reads the payload of one message from a ring, waiting for the

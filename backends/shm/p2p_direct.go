@@ -2,7 +2,6 @@ package shm
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -98,14 +97,7 @@ func (a *Arena) recvDirect(mb *transport.Mailbox, src, ch int, tail *uint64, tag
 		a.p2p.directOK[src] = true
 	}
 	rd := directReader{a: a, src: src, pid: pid, addr: addr, left: int(n)}
-	a.p2p.delivering.Store(int32(src))
-	err := mb.Deliver(a.globalRank(src), tag, int(n), &rd)
-	a.p2p.delivering.Store(-1)
-	if err != nil {
-		var pe *transport.PeerError
-		if !errors.As(err, &pe) {
-			err = &transport.PeerError{Op: "recv", Peer: a.globalRank(src), Err: err}
-		}
+	if err := a.deliver(mb, src, tag, int(n), &rd); err != nil {
 		return true, err
 	}
 	a.consume(ch, tail, msgHdr+cmaDesc)
