@@ -1,5 +1,7 @@
 package libgodist
 
+import "github.com/godist/godist/libgodist/scratch"
+
 // allReduceRD is recursive doubling with the usual fold for group sizes that
 // are not a power of two. With p the largest power of two <= P and
 // rem = P - p: among the first 2*rem ranks each even rank hands its buffer
@@ -9,14 +11,19 @@ package libgodist
 // the result to its even partner.
 //
 // Steps: log2(p) + 2 (fold), bytes per rank per step: the whole buffer.
-func allReduceRD(c *comm, buf []byte, s reduceSpec) error {
+func allReduceRD(c *comm, buf []byte, s reduceSpec) (err error) {
 	n, r := c.size, c.rank
 	p := 1
 	for p*2 <= n {
 		p *= 2
 	}
 	rem := n - p
-	tmp := make([]byte, len(buf))
+	tmp := scratch.Get(len(buf))
+	defer func() {
+		if err == nil { // after a failure, let the collector have it
+			scratch.Put(tmp)
+		}
+	}()
 	var vr int
 	switch {
 	case r < 2*rem && r%2 == 0:

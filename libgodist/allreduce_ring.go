@@ -1,5 +1,10 @@
 package libgodist
 
+import (
+	"github.com/godist/godist/libgodist/scratch"
+	"github.com/godist/godist/libgodist/transport"
+)
+
 // chunks splits count elements of size es into n balanced chunks and
 // returns chunk i of buf (i taken modulo n).
 type chunks struct {
@@ -24,31 +29,100 @@ func (ch chunks) at(i int) []byte {
 func (ch chunks) max() int { return (ch.count + ch.n - 1) / ch.n * ch.es }
 
 // allReduceRing is a ring reduce-scatter followed by a ring allgather. The
-// buffer is cut into P chunks. In step k of the reduce-scatter rank r sends
-// chunk r-k to its right neighbour and adds chunk r-k-1 from its left one;
-// after P-1 steps rank r holds the full reduction of chunk r+1. The
-// allgather then passes the finished chunks around the ring.
+// buffer is cut into P chunks. In reduce-scatter step k rank r sends chunk
+// r-k to its right neighbour and adds chunk r-k-1 from its left one; after
+// P-1 steps rank r holds the full reduction of chunk r+1. The allgather
+// then passes the finished chunks around the ring: in its step k rank r
+// receives chunk r-k and forwards it in step k+1.
 //
-// Steps: 2(P-1); bytes sent per rank: 2(P-1)/P of the buffer.
+// Pipelined (pipeline.go): chunks travel in segments, sent in order by a
+// sender goroutine; each received segment is reduced, then queued for the
+// next step at once, so reduction and forwarding overlap the transfer and
+// a step need not wait for the whole previous chunk. The receives of step
+// k+1 are posted while step k is consumed (two scratch chunks alternate).
+//
+// Steps: 2(P-1); bytes sent per rank: 2(P-1)/P of the buffer. Each chunk's
+// final value is computed once, by one rank, and copied: every rank ends
+// with the same bits.
 func allReduceRing(c *comm, buf []byte, s reduceSpec) error {
 	n, r := c.size, c.rank
-	ch := chunks{buf: buf, n: n, count: len(buf) / s.dt.Size(), es: s.dt.Size()}
-	right, left := (r+1)%n, (r-1+n)%n
-	tmp := make([]byte, ch.max())
-	for k := 0; k < n-1; k++ {
-		rc := ch.at(r - k - 1)
-		t := tmp[:len(rc)]
-		if err := c.sendRecv(right, ch.at(r-k), left, t, 0); err != nil {
-			return err
-		}
-		if err := s.combine(rc, t); err != nil {
-			return err
-		}
+	es := s.dt.Size()
+	ch := chunks{buf: buf, n: n, count: len(buf) / es, es: es}
+	seg := segmentSize(es)
+	steps := 2 * (n - 1)
+	sq := newSendQueue(c, (r+1)%n, steps*((ch.max()+seg-1)/seg))
+	err := ringAllReduceSteps(c, ch, s, seg, sq)
+	if err != nil {
+		sq.drop()
 	}
-	for k := 0; k < n-1; k++ {
-		if err := c.sendRecv(right, ch.at(r+1-k), left, ch.at(r-k), 1); err != nil {
-			return err
-		}
+	if e := sq.finish(); err == nil {
+		err = e
 	}
+	return err
+}
+
+func ringAllReduceSteps(c *comm, ch chunks, s reduceSpec, seg int, sq *sendQueue) error {
+	n, r := c.size, c.rank
+	left := (r - 1 + n) % n
+	steps := 2 * (n - 1)
+	tmp := [2][]byte{scratch.Get(ch.max()), scratch.Get(ch.max())}
+	// dst is where step k's data ends up: the chunk reduced into
+	// (reduce-scatter) or filled (allgather).
+	dst := func(k int) [][]byte {
+		if k < n-1 {
+			return segments(ch.at(r-k-1), seg)
+		}
+		return segments(ch.at(r-(k-(n-1))), seg)
+	}
+	post := func(k int) []*transport.Recv {
+		var rs []*transport.Recv
+		if k < n-1 {
+			t := tmp[k%2]
+			for _, d := range dst(k) {
+				rs = append(rs, c.post(left, uint16(k), t[:len(d)]))
+				t = t[len(d):]
+			}
+			return rs
+		}
+		for _, d := range dst(k) {
+			rs = append(rs, c.post(left, uint16(k), d))
+		}
+		return rs
+	}
+	for _, b := range segments(ch.at(r), seg) {
+		sq.push(0, b)
+	}
+	pending := post(0)
+	for k := 0; k < steps; k++ {
+		var next []*transport.Recv
+		if k+1 < steps {
+			next = post(k + 1)
+		}
+		ds, t := dst(k), tmp[k%2]
+		for j, rv := range pending {
+			if err := c.wait(rv); err != nil {
+				cancelAll(pending[j+1:], err)
+				cancelAll(next, err)
+				return err
+			}
+			d := ds[j]
+			if k < n-1 {
+				if err := s.combine(d, t[:len(d)]); err != nil {
+					cancelAll(pending[j+1:], err)
+					cancelAll(next, err)
+					return err
+				}
+				t = t[len(d):]
+			}
+			if k+1 < steps {
+				sq.push(uint16(k+1), d)
+			}
+		}
+		pending = next
+	}
+	// Recycled only on success: after a failure a cancelled receive is
+	// settled, but keep it simple and let the collector have them.
+	scratch.Put(tmp[0])
+	scratch.Put(tmp[1])
 	return nil
 }

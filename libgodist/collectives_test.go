@@ -89,13 +89,16 @@ func input(r, count int) []int64 {
 }
 
 func TestAllReduceSumAndMax(t *testing.T) {
-	defer func(v int) { allReduceRDMax = v }(allReduceRDMax)
-	for _, rdMax := range []int{1 << 20, 16} { // recursive doubling, then ring
-		allReduceRDMax = rdMax
+	defer func(v, s int) { allReduceRDMax, ringSegment = v, s }(allReduceRDMax, ringSegment)
+	// Recursive doubling, the ring with one segment per chunk, and the ring
+	// with chunks cut into many segments (some a partial element long,
+	// rounded up to one element).
+	for _, mode := range []struct{ rdMax, seg int }{{1 << 20, 512 << 10}, {16, 512 << 10}, {16, 24}, {16, 3}} {
+		allReduceRDMax, ringSegment = mode.rdMax, mode.seg
 		for _, n := range worldSizes {
 			for _, count := range []int{0, 1, 7, 1000} {
 				for _, op := range []reduce.Op{reduce.Sum, reduce.Max, reduce.Avg} {
-					t.Run(fmt.Sprintf("rd%d/n%d/c%d/%v", rdMax, n, count, op), func(t *testing.T) {
+					t.Run(fmt.Sprintf("rd%d/seg%d/n%d/c%d/%v", mode.rdMax, mode.seg, n, count, op), func(t *testing.T) {
 						pgs, _ := group(t, n, 5*time.Second)
 						bufs := make([][]byte, n)
 						want := make([]int64, count)

@@ -1,12 +1,14 @@
 package libgodist
 
+import "github.com/godist/godist/libgodist/scratch"
+
 // reduceScatter leaves on rank r the reduction over all ranks of ins[r].
 // Ring: the partial sum of block c starts at rank c+1 and travels right,
 // each rank adding its own block c, until it reaches rank c, which adds its
 // own and writes out. Inputs are never modified.
 //
 // Steps: P-1; bytes sent per rank: (P-1) blocks.
-func reduceScatter(c *comm, ins [][]byte, out []byte, s reduceSpec) error {
+func reduceScatter(c *comm, ins [][]byte, out []byte, s reduceSpec) (err error) {
 	n, r := c.size, c.rank
 	if s.op == opPremulSum {
 		scaled := make([][]byte, n)
@@ -29,7 +31,13 @@ func reduceScatter(c *comm, ins [][]byte, out []byte, s reduceSpec) error {
 		return s.post(out, n)
 	}
 	right, left := (r+1)%n, (r-1+n)%n
-	a, b := make([]byte, len(out)), make([]byte, len(out))
+	a, b := scratch.Get(len(out)), scratch.Get(len(out))
+	defer func() {
+		if err == nil { // after a failure, let the collector have them
+			scratch.Put(a)
+			scratch.Put(b)
+		}
+	}()
 	send := ins[mod(r-1, n)]
 	for k := 0; k < n-1; k++ {
 		if err := c.sendRecv(right, send, left, a, 0); err != nil {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/godist/godist/libgodist/scratch"
 )
 
 // Mailbox matches incoming messages to posted receives. Every transport
@@ -285,6 +287,7 @@ func (mb *Mailbox) Post(peer int, tag Tag, buf []byte) *Recv {
 		} else {
 			copy(buf, m.data)
 		}
+		scratch.Put(m.data)
 		hook := mb.complete(r, src, err)
 		mb.mu.Unlock()
 		runHook(hook, r)
@@ -391,7 +394,7 @@ func (mb *Mailbox) Deliver(src int, tag Tag, n int, rd io.Reader) error {
 	}
 	mb.mu.Unlock()
 
-	data := make([]byte, n)
+	data := scratch.Get(n)
 	if _, err := io.ReadFull(rd, data); err != nil {
 		return err
 	}
@@ -403,6 +406,7 @@ func (mb *Mailbox) Deliver(src int, tag Tag, n int, rd io.Reader) error {
 		} else {
 			copy(r.Buf, data)
 		}
+		scratch.Put(data)
 		hook := mb.complete(r, src, err)
 		mb.mu.Unlock()
 		runHook(hook, r)

@@ -1,0 +1,79 @@
+package libgodist
+
+// Pipelining for the ring algorithms over sockets: a large chunk is cut
+// into segments, the segments go out in order on a sender goroutine, and
+// the caller reduces (or forwards) each received segment as soon as it has
+// landed, while later segments are still on the wire in both directions.
+
+import "sync/atomic"
+
+// ringSegment is the largest piece a ring step sends as one message. A
+// variable so tests can make it small.
+var ringSegment = 1 << 20
+
+// segmentSize is ringSegment rounded down to whole elements of es bytes.
+func segmentSize(es int) int {
+	seg := ringSegment - ringSegment%es
+	if seg < es {
+		seg = es
+	}
+	return seg
+}
+
+// segments cuts b into consecutive pieces of at most seg bytes; an empty b
+// has none. Sender and receiver cut a chunk the same way, so the i-th
+// message of a step always carries the i-th piece.
+func segments(b []byte, seg int) [][]byte {
+	out := make([][]byte, 0, (len(b)+seg-1)/seg)
+	for lo := 0; lo < len(b); lo += seg {
+		out = append(out, b[lo:min(lo+seg, len(b))])
+	}
+	return out
+}
+
+// sendQueue sends byte slices to one peer, in the order pushed, on its own
+// goroutine. push never blocks (the queue is sized for the whole op); after
+// the first failure the rest are dropped. finish must be called before the
+// op returns: it waits until nothing reads the caller's buffers any more.
+type sendQueue struct {
+	c       *comm
+	to      int
+	q       chan queued
+	done    chan struct{}
+	dropped atomic.Bool // the op failed: send nothing more
+	err     error       // written by the goroutine before done is closed
+}
+
+type queued struct {
+	step uint16
+	b    []byte
+}
+
+func newSendQueue(c *comm, to, capacity int) *sendQueue {
+	s := &sendQueue{c: c, to: to, q: make(chan queued, capacity), done: make(chan struct{})}
+	go s.run()
+	return s
+}
+
+func (s *sendQueue) run() {
+	defer close(s.done)
+	for m := range s.q {
+		if s.err != nil || s.dropped.Load() {
+			continue
+		}
+		s.err = s.c.send(s.to, m.step, m.b)
+	}
+}
+
+func (s *sendQueue) push(step uint16, b []byte) { s.q <- queued{step, b} }
+
+// drop makes the goroutine skip what is still queued (the op has failed).
+func (s *sendQueue) drop() { s.dropped.Store(true) }
+
+// finish closes the queue and waits for the sends already pushed (each is
+// bounded by the op's deadline); it returns the first send error.
+func (s *sendQueue) finish() error {
+	close(s.q)
+	<-s.done
+	return s.err
+}

@@ -1,0 +1,61 @@
+package libgodist
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/reduce"
+)
+
+func TestSegments(t *testing.T) {
+	require.Empty(t, segments(nil, 8))
+	b := make([]byte, 20)
+	s := segments(b, 8)
+	require.Len(t, s, 3)
+	require.Equal(t, []int{8, 8, 4}, []int{len(s[0]), len(s[1]), len(s[2])})
+	defer func(v int) { ringSegment = v }(ringSegment)
+	ringSegment = 10
+	require.Equal(t, 8, segmentSize(4))
+	require.Equal(t, 8, segmentSize(8))
+	require.Equal(t, 16, segmentSize(16)) // never less than one element
+}
+
+// TestRingPipelineTCP runs the pipelined ring all-reduce over sockets with
+// chunks cut into many segments (so segments of later steps arrive before
+// their receives are posted), on float32 data whose sum depends on the
+// order of additions: every rank must hold the same bits, and the values
+// must match an exact integer sum.
+func TestRingPipelineTCP(t *testing.T) {
+	defer func(v, s int) { allReduceRDMax, ringSegment = v, s }(allReduceRDMax, ringSegment)
+	allReduceRDMax, ringSegment = 16, 4000
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			pgs := connectGroup(t, n, TransportTCP)
+			for _, count := range []int{5, 10_007, 100_003} {
+				bufs := make([][]byte, n)
+				want := make([]int64, count)
+				for r := range bufs {
+					in := input(r, count)
+					bufs[r] = make([]byte, 4*count)
+					for i, v := range in {
+						binary.LittleEndian.PutUint32(bufs[r][4*i:], math.Float32bits(float32(v)))
+						want[i] += v
+					}
+				}
+				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+					return pg.AllReduce(bufs[r], ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}, Opts{})
+				}))
+				for r := range bufs {
+					require.Equal(t, bufs[0], bufs[r], "rank %d differs from rank 0", r)
+				}
+				for i, w := range want {
+					require.Equal(t, float32(w), math.Float32frombits(binary.LittleEndian.Uint32(bufs[0][4*i:])), "element %d", i)
+				}
+			}
+		})
+	}
+}
