@@ -551,10 +551,25 @@ class RankBench:
             self.cfg.repeats = saved
 
     # ----- driver -----------------------------------------------------------------
+    def warm_start(self):
+        """Untimed small all_reduces on every benchmarked group, alternating,
+        for about one block's time each: the first cell then does not pay
+        for first-use costs (thread start-up, page faults, caches) that
+        the per-cell warm-up is too short to absorb."""
+        t = self.torch.zeros(2)
+        deadline = time.perf_counter() + 2 * self.cfg.target_s
+        go = 1
+        while go:
+            for b in BACKENDS:
+                for _ in range(20):
+                    self.dist.all_reduce(t, group=self.groups[b])
+            go = self.agree([int(time.perf_counter() < deadline)], self.dist.ReduceOp.MIN)[0]
+
     def run(self):
         cells = self.cells()
         self.progress(f"{len(cells)} cells, ops {','.join(self.cfg.ops)}; sizes "
                       f"{', '.join(human_bytes(s) for s in self.cfg.sizes)}")
+        self.warm_start()
         for i, (op, dtype, nominal) in enumerate(cells):
             self._cell_no = (i + 1, len(cells))
             self.run_cell(op, dtype, nominal)
