@@ -53,9 +53,13 @@ func newHybrid(t *tcp.Transport, a *shm.Arena) (*hybrid, error) {
 }
 
 // help lets a goroutine waiting for a message from a co-located peer (or
-// from any source) read the arena's rings itself.
+// from any source) read the arena's rings itself, and one waiting for a
+// peer on another host read its socket (tcp.Transport.Help).
 func (h *hybrid) help(peer int, done <-chan struct{}, until time.Time) bool {
-	if peer != transport.AnySource && (peer < 0 || peer >= len(h.local) || h.local[peer] < 0) {
+	if peer >= 0 && peer < len(h.local) && h.local[peer] < 0 {
+		return h.tcp.Help(peer, done, until)
+	}
+	if peer != transport.AnySource && (peer < 0 || peer >= len(h.local)) {
 		return false
 	}
 	h.arena.Progress(done, until)

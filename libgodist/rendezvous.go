@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -134,6 +135,10 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 	}
 	pg.tr = tr
 	pg.mu.Unlock()
+	if sameHost(me, recs) <= runtime.NumCPU() {
+		// Every rank here can have a core: waiters read their sockets.
+		tr.SetSpin(tcpSpin)
+	}
 	arena, err := pg.setupShm(ctx, me, recs, session)
 	if err != nil {
 		tr.Abort(err)

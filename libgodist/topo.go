@@ -54,6 +54,22 @@ func removeProbe(name string) {
 	}
 }
 
+// tcpSpin is how long a goroutine waiting for a TCP message reads the
+// sockets itself before it sleeps (tcp.Transport.SetSpin), when this
+// host's ranks of the group do not outnumber its cores.
+const tcpSpin = 200 * time.Microsecond
+
+// sameHost counts the ranks of recs on me's host (me included).
+func sameHost(me wire.PeerRecord, recs []wire.PeerRecord) int {
+	n := 0
+	for _, r := range recs {
+		if r.Hostname == me.Hostname && r.BootID == me.BootID {
+			n++
+		}
+	}
+	return n
+}
+
 // colocated reports whether, as seen from me, every rank shares this
 // host's memory.
 func colocated(me wire.PeerRecord, recs []wire.PeerRecord) bool {

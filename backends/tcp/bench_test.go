@@ -13,10 +13,21 @@ import (
 // BenchmarkPingPong measures one round trip between two ranks over
 // loopback TCP (send, then wait for the echo).
 func BenchmarkPingPong(b *testing.B) {
-	for _, size := range []int{8, 4 << 10, 1 << 20} {
-		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
+		for _, size := range []int{8, 4 << 10, 1 << 20} {
+			b.Run(fmt.Sprintf("spin%v/%dB", spin, size), func(b *testing.B) { pingPong(b, size, spin) })
+		}
+	}
+}
+
+func pingPong(b *testing.B, size int, spin time.Duration) {
+	{
+		{
 			t := &testing.T{}
 			trs := connectLoopback(t, 2)
+			for _, tr := range trs {
+				tr.SetSpin(spin)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			buf0, buf1 := make([]byte, size), make([]byte, size)
@@ -45,6 +56,6 @@ func BenchmarkPingPong(b *testing.B) {
 				}
 			}
 			wg.Wait()
-		})
+		}
 	}
 }

@@ -1,25 +1,28 @@
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/godist/godist/libgodist/transport"
 )
 
 // peer is one connection to a remote rank. Writes are serialized by wmu
-// (a whole frame is written under it); one reader goroutine owns the read
-// side and delivers frames into the transport's mailbox.
+// (a whole frame is written under it). Reads (reader.go) are done by the
+// peer's reader goroutine, or by a goroutine waiting for a message from
+// it (Transport.Help), whichever holds the reader's role.
 type peer struct {
 	rank int
 	conn *net.TCPConn
-	br   *bufio.Reader
+	rc   syscall.RawConn
+	rd   *reader
 
 	wmu      sync.Mutex
 	hdr      [headerSize]byte // guarded by wmu
@@ -30,7 +33,8 @@ type peer struct {
 }
 
 func newPeer(rank int, conn *net.TCPConn) *peer {
-	return &peer{rank: rank, conn: conn, br: bufio.NewReaderSize(conn, 256<<10), readerDone: make(chan struct{})}
+	rc, _ := conn.SyscallConn() // fails only for a nil connection
+	return &peer{rank: rank, conn: conn, rc: rc, rd: newReader(), readerDone: make(chan struct{})}
 }
 
 // send writes one frame. Called by any goroutine.
@@ -62,49 +66,56 @@ func (p *peer) send(ctx context.Context, h header, data []byte) error {
 	return err
 }
 
-// readLoop delivers frames until the connection ends. It reports how it
-// ended through t.peerEnded.
+// readLoop delivers frames until the connection ends, parking on the
+// poller while the socket is empty. It reports how it ended through
+// t.peerEnded.
 func (p *peer) readLoop(t *Transport) {
 	defer close(p.readerDone)
-	var hb [headerSize]byte
 	for {
-		if _, err := ioReadFull(p.br, hb[:]); err != nil {
+		var perr error
+		err := p.rc.Read(func(fd uintptr) bool {
+			// Woken with the role taken by a waiter: the bytes that woke us
+			// may have come after its last read. missed tells it to wake
+			// us again once it lets go (see help).
+			p.rd.missed.Store(true)
+			if !p.rd.role.TryLock() {
+				return false
+			}
+			p.rd.missed.Store(false)
+			_, perr = p.rd.pump(t, p, int(fd))
+			p.rd.role.Unlock()
+			return perr != nil
+		})
+		switch {
+		case perr != nil:
+			t.peerEnded(p, perr)
+			return
+		case err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !t.closing.Load():
+			// Kicked by a waiter (see help); the next Read pumps.
+			_ = p.conn.SetReadDeadline(time.Time{})
+		case err != nil:
 			t.peerEnded(p, err)
 			return
-		}
-		h, err := parseHeader(&hb)
-		if err != nil {
-			t.peerEnded(p, err)
-			return
-		}
-		switch h.kind {
-		case kindGoodbye:
-			p.goodbye.Store(true)
-			if !t.isDelegated(p.rank) {
-				t.mb.FailPeer(p.rank, transport.ErrPeerGone)
-			}
-		case kindData:
-			if err := t.mb.Deliver(p.rank, h.tag, int(h.n), p.br); err != nil {
-				t.peerEnded(p, err)
-				return
-			}
 		}
 	}
 }
 
-func ioReadFull(r *bufio.Reader, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		k, err := r.Read(b[n:])
-		n += k
-		if err != nil {
-			if n == len(b) {
-				return n, nil
-			}
-			return n, err
-		}
+// help reads what the socket has on the calling goroutine, if no one else
+// is reading it now. It reports whether it consumed anything.
+func (p *peer) help(t *Transport) bool {
+	if !p.rd.role.TryLock() {
+		return false
 	}
-	return n, nil
+	var got bool
+	var perr error
+	cerr := p.rc.Control(func(fd uintptr) { got, perr = p.rd.pump(t, p, int(fd)) })
+	p.rd.role.Unlock()
+	if perr != nil || cerr != nil || p.rd.missed.Load() {
+		// Wake the reader goroutine: it reports the end of the stream, or
+		// it was woken while we read and bytes may have come since.
+		_ = p.conn.SetReadDeadline(time.Now())
+	}
+	return got
 }
 
 func isClosedErr(err error) bool {

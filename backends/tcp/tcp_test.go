@@ -64,6 +64,122 @@ func TestTCPConformance(t *testing.T) {
 	})
 }
 
+// TestTCPConformanceHelping: the same suite with waiters that read the
+// sockets themselves (Transport.Help) while the reader goroutines also run.
+func TestTCPConformanceHelping(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T, n int) []transport.Transport {
+		trs := connectLoopback(t, n)
+		out := make([]transport.Transport, n)
+		for i, tr := range trs {
+			tr.SetSpin(time.Second)
+			out[i] = tr
+		}
+		return out
+	})
+}
+
+// TestHelpAndReaderInterleave: a stream of messages of every size class
+// (inside the read buffer, straddling it, read straight into place, some
+// arriving before their receive is posted) from two senders, received in
+// order by a waiter that reads the sockets itself part of the time; every
+// byte must land where it belongs.
+func TestHelpAndReaderInterleave(t *testing.T) {
+	trs := connectLoopback(t, 3)
+	trs[0].SetSpin(50 * time.Microsecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sizes := []int{0, 1, 23, 24, 25, 1000, readBufSize - 24, readBufSize, readBufSize + 7, directMin - 1, directMin, 3*readBufSize + 5, 1 << 20}
+	const rounds = 6
+	fill := func(src, i, n int) []byte {
+		b := make([]byte, n)
+		for k := range b {
+			b[k] = byte(src*131 + i*7 + k)
+		}
+		return b
+	}
+	var wg sync.WaitGroup
+	for _, src := range []int{1, 2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < rounds*len(sizes); i++ {
+				if err := trs[src].Send(ctx, 0, transport.P2PTag(int64(src)), fill(src, i, sizes[i%len(sizes)])); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%5 == 0 {
+					time.Sleep(200 * time.Microsecond)
+				}
+			}
+		}()
+	}
+	for i := 0; i < rounds*len(sizes); i++ {
+		for _, src := range []int{1, 2} {
+			n := sizes[i%len(sizes)]
+			buf := make([]byte, n)
+			r := trs[0].PostRecv(src, transport.P2PTag(int64(src)), buf)
+			require.NoError(t, r.Wait(ctx))
+			require.Equal(t, fill(src, i, n), buf, "message %d from %d (%d bytes)", i, src, n)
+		}
+		if i%7 == 0 {
+			time.Sleep(time.Millisecond) // let messages pile up unexpected
+		}
+	}
+	wg.Wait()
+}
+
+// TestHelpNoLostWakeup: ping-pong with waiters that give up reading the
+// socket after a few microseconds, so they often let go just as bytes
+// arrive; the reader goroutine must still deliver every message (a lost
+// wake-up shows as a receive that times out).
+func TestHelpNoLostWakeup(t *testing.T) {
+	trs := connectLoopback(t, 2)
+	for _, tr := range trs {
+		tr.SetSpin(3 * time.Microsecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const rounds = 5000
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for i := 0; i < rounds; i++ {
+			if err := trs[1].PostRecv(0, transport.P2PTag(0), buf).Wait(ctx); err != nil {
+				done <- err
+				return
+			}
+			if err := trs[1].Send(ctx, 0, transport.P2PTag(1), buf); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	buf := make([]byte, 4096)
+	for i := 0; i < rounds; i++ {
+		r := trs[0].PostRecv(1, transport.P2PTag(1), buf)
+		require.NoError(t, trs[0].Send(ctx, 1, transport.P2PTag(0), buf))
+		require.NoError(t, r.Wait(ctx), "round %d", i)
+	}
+	require.NoError(t, <-done)
+}
+
+// TestHelpSeesPeerLoss: a waiter reading the socket itself when the peer
+// dies gets the connection error, and so do later receives.
+func TestHelpSeesPeerLoss(t *testing.T) {
+	trs := connectLoopback(t, 2)
+	trs[0].SetSpin(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := trs[0].PostRecv(1, transport.P2PTag(0), make([]byte, 8))
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		trs[1].Abort(errors.New("killed"))
+	}()
+	require.ErrorIs(t, r.Wait(ctx), transport.ErrConnLost)
+	require.ErrorIs(t, trs[0].PostRecv(1, transport.P2PTag(1), make([]byte, 8)).Wait(ctx), transport.ErrConnLost)
+}
+
 func TestAbortLooksLikeDeadPeer(t *testing.T) {
 	trs := connectLoopback(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -25,6 +25,7 @@ type Transport struct {
 	closing   atomic.Bool
 	closeOnce sync.Once
 	delegated atomic.Pointer[func(int) bool] // see Delegate
+	spin      atomic.Int64                   // see SetSpin (a time.Duration)
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -35,6 +36,7 @@ var goodbyeWait = 2 * time.Second
 func newTransport(rank, size int, mb *transport.Mailbox, peers []*peer) *Transport {
 	t := &Transport{rank: rank, size: size, mb: mb, peers: peers}
 	mb.SetOnStuck(t.BreakPeer)
+	mb.SetHelper(t.Help)
 	for _, p := range peers {
 		if p != nil {
 			go p.readLoop(t)
@@ -62,6 +64,53 @@ func (t *Transport) Delegate(peers func(r int) bool) { t.delegated.Store(&peers)
 func (t *Transport) isDelegated(r int) bool {
 	f := t.delegated.Load()
 	return f != nil && (*f)(r)
+}
+
+// SetSpin sets how long a goroutine waiting for a message reads the
+// sockets itself (Help) before it sleeps until the reader goroutine
+// delivers. Zero (the default) never: right when ranks outnumber cores.
+func (t *Transport) SetSpin(d time.Duration) { t.spin.Store(int64(d)) }
+
+// Help reads the connection from src (every connection for
+// transport.AnySource) on the calling goroutine until done is closed, until
+// passes (it then returns true), or the spin time set by SetSpin is used up
+// (it then returns false and the caller blocks). A message that arrives
+// while a goroutine waits is so read by the thread that wants it: no
+// wake-up of the reader goroutine, no hand-off back.
+func (t *Transport) Help(src int, done <-chan struct{}, until time.Time) bool {
+	spin := time.Duration(t.spin.Load())
+	if spin <= 0 {
+		return false
+	}
+	var one [1]*peer
+	ps := t.peers
+	if src != transport.AnySource {
+		if src < 0 || src >= t.size || t.peers[src] == nil {
+			return false
+		}
+		one[0] = t.peers[src]
+		ps = one[:]
+	}
+	end := time.Now().Add(spin)
+	for {
+		for _, p := range ps {
+			if p != nil {
+				p.help(t)
+			}
+		}
+		select {
+		case <-done:
+			return true
+		default:
+		}
+		now := time.Now()
+		if !now.Before(until) {
+			return true
+		}
+		if !now.Before(end) {
+			return false
+		}
+	}
 }
 
 // Rank is this process's rank.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -378,61 +377,6 @@ func (mb *Mailbox) matchPosted(src int, tag Tag) *Recv {
 	}
 	mb.unpost(r)
 	return r
-}
-
-// Deliver hands the mailbox a message of n bytes from src under tag whose
-// payload is read from rd. It is called by one reader per source, in arrival
-// order. It returns an error only if reading rd failed, after which the
-// stream is unusable.
-func (mb *Mailbox) Deliver(src int, tag Tag, n int, rd io.Reader) error {
-	mb.mu.Lock()
-	if r := mb.matchPosted(src, tag); r != nil {
-		r.state = stateClaimed
-		r.src = src
-		mb.mu.Unlock()
-		return mb.readInto(r, src, n, rd)
-	}
-	mb.mu.Unlock()
-
-	data := scratch.Get(n)
-	if _, err := io.ReadFull(rd, data); err != nil {
-		return err
-	}
-	mb.mu.Lock()
-	if r := mb.matchPosted(src, tag); r != nil {
-		var err error
-		if n != len(r.Buf) {
-			err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: got %d bytes, expected %d", ErrSizeMismatch, n, len(r.Buf))}
-		} else {
-			copy(r.Buf, data)
-		}
-		scratch.Put(data)
-		hook := mb.complete(r, src, err)
-		mb.mu.Unlock()
-		runHook(hook, r)
-		return nil
-	}
-	mb.arrivals++
-	k := key{src, tag}
-	mb.unexpected[k] = append(mb.unexpected[k], message{data: data, arrival: mb.arrivals})
-	mb.mu.Unlock()
-	return nil
-}
-
-// readInto reads a message straight into a claimed receive's buffer.
-func (mb *Mailbox) readInto(r *Recv, src, n int, rd io.Reader) error {
-	var rerr, err error
-	if n != len(r.Buf) {
-		_, rerr = io.CopyN(io.Discard, rd, int64(n))
-		err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: got %d bytes, expected %d", ErrSizeMismatch, n, len(r.Buf))}
-	} else if _, rerr = io.ReadFull(rd, r.Buf); rerr != nil {
-		err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: %v", ErrConnLost, rerr)}
-	}
-	mb.mu.Lock()
-	hook := mb.complete(r, src, err)
-	mb.mu.Unlock()
-	runHook(hook, r)
-	return rerr
 }
 
 // FailPeer fails the posted receives from src, and every later receive from

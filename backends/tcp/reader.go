@@ -1,0 +1,180 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// reader is the read side of one connection. Its state (buffered bytes,
+// the frame being read) is owned by whoever holds role: the peer's reader
+// goroutine, or a goroutine waiting for a message (Transport.Help), which
+// then reads the socket itself instead of being woken by the reader
+// goroutine. Reads are non-blocking; pump always reads until the socket
+// has nothing more (EAGAIN), so a reader goroutine parked on the poller
+// is woken by the next bytes whoever consumed the earlier ones; bytes that
+// woke it while a waiter held the role are covered by missed.
+type reader struct {
+	role   sync.Mutex
+	missed atomic.Bool // the reader goroutine found role taken (see peer.help)
+
+	buf  []byte // buffered bytes are buf[r:w]
+	r, w int
+
+	inFrame bool               // a data frame's payload is being read
+	d       transport.Delivery // its delivery
+	got     int                // payload bytes read so far
+	err     error              // sticky: the stream is unusable (EOF, corrupt, read error)
+}
+
+const (
+	readBufSize = 64 << 10
+	// directMin: a payload remainder at least this large is read straight
+	// into its destination rather than through buf.
+	directMin = 16 << 10
+)
+
+var errEOF = fmt.Errorf("%w: connection closed by peer", io.EOF)
+
+func newReader() *reader { return &reader{buf: make([]byte, readBufSize)} }
+
+// pump reads what the socket fd has and delivers every frame it completes
+// into t's mailbox, until the socket would block. It reports whether it
+// consumed anything; an error means the stream ended or broke (also kept
+// in rd.err). Called with role held.
+func (rd *reader) pump(t *Transport, p *peer, fd int) (bool, error) {
+	if rd.err != nil {
+		return false, rd.err
+	}
+	progressed := false
+	for {
+		if rd.inFrame {
+			done, err := rd.payload(fd, &progressed)
+			if err != nil {
+				return progressed, rd.fail(err)
+			}
+			if !done {
+				return progressed, nil
+			}
+			continue
+		}
+		if rd.w-rd.r >= headerSize {
+			if err := rd.header(t, p); err != nil {
+				return true, rd.fail(err)
+			}
+			progressed = true
+			continue
+		}
+		if rd.r > 0 { // keep a partial header at the front
+			rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
+			rd.r = 0
+		}
+		n, err := readNB(fd, rd.buf[rd.w:])
+		if err != nil {
+			return progressed, rd.fail(err)
+		}
+		if n == 0 {
+			return progressed, nil
+		}
+		rd.w += n
+		progressed = true
+	}
+}
+
+// header parses the buffered frame header and starts its delivery.
+func (rd *reader) header(t *Transport, p *peer) error {
+	var hb [headerSize]byte
+	copy(hb[:], rd.buf[rd.r:rd.r+headerSize])
+	rd.r += headerSize
+	h, err := parseHeader(&hb)
+	if err != nil {
+		return err
+	}
+	switch h.kind {
+	case kindGoodbye:
+		p.goodbye.Store(true)
+		if !t.isDelegated(p.rank) {
+			t.mb.FailPeer(p.rank, transport.ErrPeerGone)
+		}
+	case kindData:
+		t.mb.Begin(&rd.d, p.rank, h.tag, int(h.n))
+		rd.inFrame, rd.got = true, 0
+	}
+	return nil
+}
+
+// payload moves payload bytes into the delivery's buffer: buffered ones
+// first, then from the socket. It reports whether the payload is complete
+// (and delivered).
+func (rd *reader) payload(fd int, progressed *bool) (bool, error) {
+	dst, n := rd.d.Buf(), rd.d.Len()
+	for rd.got < n {
+		if rd.r < rd.w {
+			k := min(rd.w-rd.r, n-rd.got)
+			if dst != nil {
+				copy(dst[rd.got:], rd.buf[rd.r:rd.r+k])
+			}
+			rd.r += k
+			rd.got += k
+			*progressed = true
+			continue
+		}
+		rd.r, rd.w = 0, 0
+		var k int
+		var err error
+		if dst != nil && n-rd.got >= directMin {
+			k, err = readNB(fd, dst[rd.got:])
+			rd.got += k
+		} else {
+			k, err = readNB(fd, rd.buf)
+			rd.w = k
+		}
+		if err != nil {
+			return false, err
+		}
+		if k == 0 {
+			return false, nil
+		}
+		*progressed = true
+	}
+	rd.inFrame = false
+	rd.d.Finish()
+	return true, nil
+}
+
+// fail records err as the end of the stream; a delivery in progress fails.
+func (rd *reader) fail(err error) error {
+	if rd.err == nil {
+		rd.err = err
+		if rd.inFrame {
+			rd.inFrame = false
+			rd.d.Fail(err)
+		}
+	}
+	return rd.err
+}
+
+// readNB is one non-blocking read: (0, nil) when the socket has nothing
+// now, errEOF when the peer closed its side.
+func readNB(fd int, b []byte) (int, error) {
+	for {
+		n, err := syscall.Read(fd, b)
+		switch {
+		case err == nil && n == 0 && len(b) > 0:
+			return 0, errEOF
+		case err == nil:
+			return n, nil
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case errors.Is(err, syscall.EAGAIN):
+			return 0, nil
+		default:
+			return 0, err
+		}
+	}
+}
