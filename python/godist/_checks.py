@@ -7,9 +7,18 @@ import torch
 
 from ._types import DTYPE_CODES
 
+_STRIDED = torch.strided
+
+
+def _plain(t) -> bool:
+    """A dense CPU tensor (the fast check; tensor() explains a failure)."""
+    return isinstance(t, torch.Tensor) and t.layout is _STRIDED and t.is_cpu
+
 
 def tensor(op: str, name: str, t) -> torch.Tensor:
     """Check one tensor argument: a dense CPU tensor."""
+    if _plain(t):
+        return t
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"godist: {op}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.layout != torch.strided:
@@ -26,12 +35,19 @@ def tensor_list(op: str, name: str, ts, length: int | None = None) -> list:
     if length is not None and len(ts) != length:
         raise ValueError(f"godist: {op}: {name} must have {length} tensor(s), got {len(ts)}")
     for i, t in enumerate(ts):
-        tensor(op, f"{name}[{i}]", t)
+        if not _plain(t):
+            tensor(op, f"{name}[{i}]", t)
     return list(ts)
 
 
 def single(op: str, name: str, ts) -> torch.Tensor:
     """The one tensor of a one-element list (what c10d passes for one device)."""
+    # The common case, checked without building names for messages: every
+    # small op pays for this check.
+    if type(ts) is list and len(ts) == 1:
+        t = ts[0]
+        if _plain(t):
+            return t
     return tensor_list(op, name, ts, 1)[0]
 
 

@@ -267,18 +267,16 @@ class _Completer:
             if unqueued:
                 with self._lock:
                     self._claimed.difference_update(unqueued)
-        mine = held + watched
-        src = ctypes.c_int32()
-        for h in mine:
-            try:
-                while lib.work_wait(h, _WAIT_SLICE_MS, ctypes.byref(src)) == _errors.NOT_READY:
-                    pass
-            except Exception:  # noqa: BLE001 - the outcome is read by _settle
-                pass
-            self._settle(lib, group, h)
+        for h in held + watched:
+            exc, src = _wait_handle(lib, h)
+            self._record(group, exc, src)
 
     def _settle(self, lib, group, h):
         exc, src = _outcome(lib, h)
+        self._record(group, exc, src)
+
+    def _record(self, group, exc, src):
+        """One of group's Go works ended (its handle is freed already)."""
         with self._lock:
             if exc is not None and group.exc is None:
                 group.exc = exc
@@ -372,15 +370,18 @@ def _submit(op, outputs, calls, finalize, keep, async_op):
 
 
 def _wait_handle(lib, h):
+    """Wait for a Go work (in slices, so Ctrl-C works), free its handle and
+    return (error or None, source rank). An interrupt leaves it allocated:
+    the op may still be writing into its buffers."""
     src = ctypes.c_int32(-1)
     try:
         while lib.work_wait(h, _WAIT_SLICE_MS, ctypes.byref(src)) == _errors.NOT_READY:
             pass
-        return None, src.value
-    except Exception as e:
-        return e, -1
-    finally:
-        lib.work_free(h)
+        out = None, src.value
+    except Exception as e:  # the op's own error
+        out = e, -1
+    lib.work_free(h)
+    return out
 
 
 def combine(op: str, works) -> GodistWork:
