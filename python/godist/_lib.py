@@ -206,6 +206,8 @@ def load() -> _Lib:
 
 def bufs(pairs):
     """Build a C array of godist_buf from (pointer, nbytes) pairs."""
+    if len(pairs) == 1:  # one struct passes as a pointer to it
+        return GodistBuf(*pairs[0])
     arr = (GodistBuf * max(1, len(pairs)))()
     for i, (p, n) in enumerate(pairs):
         arr[i].data = p

@@ -27,7 +27,7 @@ _live_lock = threading.Lock()
 
 
 def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+    return t.nbytes
 
 
 def _desc(t: torch.Tensor):
