@@ -112,8 +112,11 @@ func (rd *reader) header(t *Transport, p *peer) error {
 // first, then from the socket. It reports whether the payload is complete
 // (and delivered).
 func (rd *reader) payload(fd int, progressed *bool) (bool, error) {
-	dst, n := rd.d.Buf(), rd.d.Len()
+	n := rd.d.Len()
 	for rd.got < n {
+		// A receive posted since the header arrived may have adopted the
+		// message: the rest goes into its buffer.
+		dst := rd.d.Sync(rd.got)
 		if rd.r < rd.w {
 			k := min(rd.w-rd.r, n-rd.got)
 			if dst != nil {

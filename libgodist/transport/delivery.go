@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/godist/godist/libgodist/scratch"
 )
@@ -22,7 +23,19 @@ type Delivery struct {
 	r   *Recv  // the posted receive it goes into, or nil: kept until posted
 	buf []byte // where the payload goes; nil when it is discarded
 	err error  // the claimed receive's outcome when the sizes differ
+
+	// A large message that arrived before its receive is registered in
+	// mb.inflight while it is read; a receive posted meanwhile adopts it
+	// (pending, under mb.mu, and adopt set) and the reader moves over to
+	// the receive's buffer at its next Sync, so only the bytes read before
+	// the post are copied twice.
+	pending *Recv  // guarded by mb.mu
+	adopt   uint32 // atomic: pending is set
 }
+
+// adoptMin is the smallest unmatched message a later receive adopts while
+// it is still being read; smaller ones are cheaper to copy once.
+const adoptMin = 256 << 10
 
 // Begin starts delivering an n-byte message from src under tag. If a
 // matching receive is posted, Buf is its buffer (the bytes land in place);
@@ -36,6 +49,9 @@ func (mb *Mailbox) Begin(d *Delivery, src int, tag Tag, n int) {
 	if r != nil {
 		r.state = stateClaimed
 		r.src = src
+	}
+	if r == nil && n >= adoptMin {
+		mb.inflight[src] = d
 	}
 	mb.mu.Unlock()
 	switch {
@@ -52,12 +68,34 @@ func (mb *Mailbox) Begin(d *Delivery, src int, tag Tag, n int) {
 // Buf is where the payload's bytes go, nil if they are to be dropped.
 func (d *Delivery) Buf() []byte { return d.buf }
 
+// Sync moves a delivery that a receive has adopted since Begin (or the
+// last Sync) over to that receive's buffer, copying the first got bytes
+// already read, and returns the buffer the rest goes into: Buf.
+func (d *Delivery) Sync(got int) []byte {
+	if atomic.LoadUint32(&d.adopt) == 0 || d.r != nil {
+		return d.buf
+	}
+	mb := d.mb
+	mb.mu.Lock()
+	r := d.pending
+	d.r = r
+	mb.forget(d)
+	mb.mu.Unlock()
+	copy(r.Buf, d.buf[:got])
+	scratch.Put(d.buf)
+	d.buf = r.Buf
+	return d.buf
+}
+
 // Len is the payload length.
 func (d *Delivery) Len() int { return d.n }
 
 // Finish ends a delivery whose payload is all in Buf (or dropped).
 func (d *Delivery) Finish() {
 	mb := d.mb
+	if d.r == nil && atomic.LoadUint32(&d.adopt) != 0 {
+		d.Sync(d.n)
+	}
 	if d.r != nil {
 		mb.mu.Lock()
 		hook := mb.complete(d.r, d.src, d.err)
@@ -68,6 +106,13 @@ func (d *Delivery) Finish() {
 	}
 	data := d.buf
 	mb.mu.Lock()
+	if d.pending != nil { // adopted after the check above
+		mb.mu.Unlock()
+		d.Sync(d.n)
+		d.Finish()
+		return
+	}
+	mb.forget(d)
 	if r := mb.matchPosted(d.src, d.tag); r != nil {
 		var err error
 		if len(data) != len(r.Buf) {
@@ -93,14 +138,69 @@ func (d *Delivery) Finish() {
 // a receive it was going into fails with cause (the peer's later failure
 // fails the rest).
 func (d *Delivery) Fail(cause error) {
-	if d.r != nil {
-		mb := d.mb
-		mb.mu.Lock()
-		hook := mb.complete(d.r, d.src, &PeerError{Op: "recv", Peer: d.src, Err: fmt.Errorf("%w: %v", ErrConnLost, cause)})
-		mb.mu.Unlock()
-		runHook(hook, d.r)
+	if d.mb == nil {
+		return
+	}
+	mb := d.mb
+	mb.mu.Lock()
+	r := d.r
+	if r == nil {
+		r = d.pending
+		mb.forget(d)
+	}
+	var hook func(*Recv)
+	if r != nil {
+		hook = mb.complete(r, d.src, &PeerError{Op: "recv", Peer: d.src, Err: fmt.Errorf("%w: %v", ErrConnLost, cause)})
+	}
+	mb.mu.Unlock()
+	if d.r == nil {
+		scratch.Put(d.buf)
+	}
+	if r != nil {
+		runHook(hook, r)
 	}
 	*d = Delivery{}
+}
+
+// forget removes d from the deliveries receives can adopt. Called with
+// mb.mu held.
+func (mb *Mailbox) forget(d *Delivery) {
+	if mb.inflight[d.src] == d {
+		delete(mb.inflight, d.src)
+	}
+}
+
+// adopt claims for r, posted from peer (or AnySource) under tag, a
+// matching message that is being read, if there is one. Called with mb.mu
+// held, after the stored messages were checked.
+func (mb *Mailbox) adopt(r *Recv) bool {
+	if len(mb.inflight) == 0 {
+		return false
+	}
+	var d *Delivery
+	if r.Peer != AnySource {
+		d = mb.inflight[r.Peer]
+	} else {
+		for _, x := range mb.inflight {
+			if x.tag == r.Tag && x.pending == nil && x.n == len(r.Buf) {
+				d = x
+				break
+			}
+		}
+	}
+	if d == nil || d.tag != r.Tag || d.pending != nil || d.n != len(r.Buf) {
+		return false
+	}
+	// An earlier receive that could match (one of another size, which
+	// did not adopt it) keeps its turn: the message completes it.
+	if len(mb.posted[key{d.src, d.tag}]) > 0 || len(mb.anyPosted[d.tag]) > 0 {
+		return false
+	}
+	r.state = stateClaimed
+	r.src = d.src
+	d.pending = r
+	atomic.StoreUint32(&d.adopt, 1)
+	return true
 }
 
 // Active reports whether a delivery has begun and not ended.

@@ -25,6 +25,7 @@ type Mailbox struct {
 	posted     map[key][]*Recv
 	anyPosted  map[Tag][]*Recv
 	unexpected map[key][]message
+	inflight   map[int]*Delivery // by source; see Delivery.pending
 	peerErr    []error
 	err        error
 
@@ -86,6 +87,7 @@ func NewMailbox(size int) *Mailbox {
 		posted:     map[key][]*Recv{},
 		anyPosted:  map[Tag][]*Recv{},
 		unexpected: map[key][]message{},
+		inflight:   map[int]*Delivery{},
 		peerErr:    make([]error, size),
 	}
 }
@@ -300,6 +302,10 @@ func (mb *Mailbox) Post(peer int, tag Tag, buf []byte) *Recv {
 	}
 	mb.postSeq++
 	r.seq = mb.postSeq
+	if mb.adopt(r) {
+		mb.mu.Unlock()
+		return r
+	}
 	if peer == AnySource {
 		mb.anyPosted[tag] = append(mb.anyPosted[tag], r)
 	} else {

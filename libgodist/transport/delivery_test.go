@@ -1,0 +1,170 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}
+
+func waitRecv(t *testing.T, r *Recv) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return r.Wait(ctx)
+}
+
+func pending(r *Recv) bool {
+	select {
+	case <-r.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// A receive posted while an unexpected large message is being read adopts
+// it: the bytes read before the post are copied, the rest land in place.
+func TestDeliveryAdoptedMidway(t *testing.T) {
+	for _, syncBeforeFinish := range []bool{true, false} {
+		mb := NewMailbox(2)
+		n := adoptMin * 2
+		want := pattern(n, 3)
+		var d Delivery
+		mb.Begin(&d, 1, 5, n)
+		copy(d.Sync(0), want[:n/3])
+		r := mb.Post(1, 5, make([]byte, n))
+		require.True(t, pending(r), "adopted receive completed before the payload")
+		if syncBeforeFinish {
+			dst := d.Sync(n / 3)
+			require.Equal(t, &r.Buf[0], &dst[0], "the rest must go into the receive's buffer")
+			copy(dst[n/3:], want[n/3:])
+		} else {
+			copy(d.Buf()[n/3:], want[n/3:]) // the reader never looked again
+		}
+		d.Finish()
+		require.NoError(t, waitRecv(t, r))
+		require.Equal(t, want, r.Buf)
+		require.Equal(t, 1, r.Source())
+		require.Empty(t, mb.inflight)
+	}
+}
+
+func TestDeliveryAdoptedAnySource(t *testing.T) {
+	mb := NewMailbox(3)
+	n := adoptMin
+	want := pattern(n, 9)
+	var d Delivery
+	mb.Begin(&d, 2, 7, n)
+	r := mb.Post(AnySource, 7, make([]byte, n))
+	copy(d.Sync(0), want)
+	d.Finish()
+	require.NoError(t, waitRecv(t, r))
+	require.Equal(t, want, r.Buf)
+	require.Equal(t, 2, r.Source())
+}
+
+// Small messages, other tags and other sizes are not adopted; an earlier
+// receive of the wrong size keeps its turn (and fails on the mismatch).
+func TestDeliveryNotAdopted(t *testing.T) {
+	mb := NewMailbox(2)
+	var d Delivery
+	mb.Begin(&d, 1, 1, adoptMin-1)
+	small := mb.Post(1, 1, make([]byte, adoptMin-1))
+	require.Nil(t, d.pending, "a small message is copied once, not adopted")
+	copy(d.Sync(0), pattern(adoptMin-1, 1))
+	d.Finish()
+	require.NoError(t, waitRecv(t, small))
+	require.Equal(t, pattern(adoptMin-1, 1), small.Buf)
+
+	n := adoptMin
+	mb.Begin(&d, 1, 2, n)
+	otherTag := mb.Post(1, 3, make([]byte, n))
+	wrongSize := mb.Post(1, 2, make([]byte, n+1))
+	later := mb.Post(1, 2, make([]byte, n))
+	require.Nil(t, d.pending)
+	copy(d.Sync(0), pattern(n, 2))
+	d.Finish()
+	err := waitRecv(t, wrongSize)
+	require.ErrorIs(t, err, ErrSizeMismatch)
+	require.True(t, pending(later), "the later receive waits for the next message")
+	require.True(t, pending(otherTag))
+
+	mb.Begin(&d, 1, 2, n)
+	copy(d.Sync(0), pattern(n, 4))
+	d.Finish()
+	require.NoError(t, waitRecv(t, later))
+	require.Equal(t, pattern(n, 4), later.Buf)
+	otherTag.Cancel(ErrTimeout)
+}
+
+// A stream that breaks fails the adopting receive, whether or not the
+// reader saw the adoption.
+func TestDeliveryAdoptedThenFailed(t *testing.T) {
+	for _, synced := range []bool{true, false} {
+		mb := NewMailbox(2)
+		var d Delivery
+		mb.Begin(&d, 1, 0, adoptMin)
+		r := mb.Post(1, 0, make([]byte, adoptMin))
+		if synced {
+			d.Sync(10)
+		}
+		d.Fail(errors.New("reset by peer"))
+		err := waitRecv(t, r)
+		require.ErrorIs(t, err, ErrConnLost)
+		require.Empty(t, mb.inflight)
+	}
+}
+
+// A reader filling a large message in pieces while receives are posted at
+// random moments: every message reaches the right receive intact, in
+// order (run with -race).
+func TestDeliveryAdoptionRace(t *testing.T) {
+	const msgs = 40
+	mb := NewMailbox(2)
+	n := adoptMin + 4096
+	rng := rand.New(rand.NewSource(1))
+	delays := make([]time.Duration, msgs)
+	for i := range delays {
+		delays[i] = time.Duration(rng.Intn(300)) * time.Microsecond
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the reader
+		defer wg.Done()
+		var d Delivery
+		for m := 0; m < msgs; m++ {
+			src := pattern(n, byte(m))
+			mb.Begin(&d, 1, 4, n)
+			for got := 0; got < n; {
+				k := min(n-got, 8192)
+				copy(d.Sync(got)[got:got+k], src[got:got+k])
+				got += k
+				if got%(64<<10) == 0 {
+					time.Sleep(20 * time.Microsecond)
+				}
+			}
+			d.Finish()
+		}
+	}()
+	for m := 0; m < msgs; m++ {
+		time.Sleep(delays[m])
+		r := mb.Post(1, 4, make([]byte, n))
+		require.NoError(t, waitRecv(t, r))
+		require.Equal(t, pattern(n, byte(m)), r.Buf, "message %d", m)
+	}
+	wg.Wait()
+	require.Empty(t, mb.inflight)
+}
