@@ -15,24 +15,24 @@ type kernel func(d, a, b []byte)
 // entries for Avg and PremulSum are the Sum kernels.
 var kernels = func() (t [numOps][numDTypes]kernel) {
 	perDType := [numDTypes][numOps]kernel{
-		Int8:       {Sum: addI8, Product: mulInt[int8], Min: minI8, Max: maxI8},
-		Uint8:      {Sum: addI8, Product: mulInt[uint8], Min: minU8, Max: maxU8},
-		Int16:      {Sum: addI16, Product: mulInt[int16], Min: minI16, Max: maxI16},
-		Int32:      {Sum: addInt[int32], Product: mulInt[int32], Min: minInt[int32], Max: maxInt[int32]},
-		Int64:      {Sum: addInt[int64], Product: mulInt[int64], Min: minInt[int64], Max: maxInt[int64]},
+		Int8:       {Sum: vec(addI8AVX2, addI8), Product: mulInt[int8], Min: vec(minI8AVX2, minI8), Max: vec(maxI8AVX2, maxI8)},
+		Uint8:      {Sum: vec(addI8AVX2, addI8), Product: mulInt[uint8], Min: vec(minU8AVX2, minU8), Max: vec(maxU8AVX2, maxU8)},
+		Int16:      {Sum: vec(addI16AVX2, addI16), Product: vec(mulI16AVX2, mulInt[int16]), Min: vec(minI16AVX2, minI16), Max: vec(maxI16AVX2, maxI16)},
+		Int32:      {Sum: vec(addI32AVX2, addInt[int32]), Product: vec(mulI32AVX2, mulInt[int32]), Min: vec(minI32AVX2, minInt[int32]), Max: vec(maxI32AVX2, maxInt[int32])},
+		Int64:      {Sum: vec(addI64AVX2, addInt[int64]), Product: mulInt[int64], Min: vec(minI64AVX2, minInt[int64]), Max: vec(maxI64AVX2, maxInt[int64])},
 		Bool:       {Sum: orBool, Product: andBool, Min: andBool, Max: orBool, BAnd: andBool, BOr: orBool, BXor: xorBool},
 		Float16:    {Sum: addF16, Product: mulF16, Min: minF16, Max: maxF16},
 		BFloat16:   {Sum: addBF16, Product: mulBF16, Min: minBF16, Max: maxBF16},
-		Float32:    {Sum: addF32, Product: mulF32, Min: minF32, Max: maxF32},
-		Float64:    {Sum: addF64, Product: mulF64, Min: minF64, Max: maxF64},
-		Complex64:  {Sum: addF32, Product: mulC64}, // complex sum is a float sum of both parts
-		Complex128: {Sum: addF64, Product: mulC128},
+		Float32:    {Sum: vec(addF32AVX2, addF32), Product: vec(mulF32AVX2, mulF32), Min: vec(minF32AVX2, minF32), Max: vec(maxF32AVX2, maxF32)},
+		Float64:    {Sum: vec(addF64AVX2, addF64), Product: vec(mulF64AVX2, mulF64), Min: vec(minF64AVX2, minF64), Max: vec(maxF64AVX2, maxF64)},
+		Complex64:  {Sum: vec(addF32AVX2, addF32), Product: mulC64}, // complex sum is a float sum of both parts
+		Complex128: {Sum: vec(addF64AVX2, addF64), Product: mulC128},
 	}
 	for dt := DType(0); dt < numDTypes; dt++ {
 		k := perDType[dt]
 		if dt.kind() == kindInt {
 			// Bitwise operators do not care about lanes or signedness.
-			k[BAnd], k[BOr], k[BXor] = andBytes, orBytes, xorBytes
+			k[BAnd], k[BOr], k[BXor] = vec(andAVX2, andBytes), vec(orAVX2, orBytes), vec(xorAVX2, xorBytes)
 		}
 		k[Avg], k[PremulSum] = k[Sum], k[Sum]
 		for op := Op(0); op < numOps; op++ {
@@ -46,6 +46,17 @@ var kernels = func() (t [numOps][numDTypes]kernel) {
 	}
 	return t
 }()
+
+// vec returns a kernel that runs the vector kernel v (wide_amd64.s) over
+// the leading multiple of 32 bytes, where the CPU has it, and the Go loop g
+// over the rest (or everything). v does g's exact arithmetic.
+func vec(v wideKernel, g kernel) kernel {
+	return func(d, a, b []byte) {
+		if n := wide(v, d, a, b); n < len(d) {
+			g(d[n:], a[n:], b[n:])
+		}
+	}
+}
 
 // Combine sets dst[i] = dst[i] (op) src[i] for every element. dst and src are
 // raw little-endian bytes of dtype dt of equal length, a multiple of
