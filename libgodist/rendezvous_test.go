@@ -14,7 +14,7 @@ import (
 // connectGroup runs the real two-step rendezvous (New, LocalRecord,
 // Connect) for n ranks in this process, over TCP on loopback and, unless
 // transport is "tcp", shared memory.
-func connectGroup(t *testing.T, n int, transport string) []*ProcessGroup {
+func connectGroup(t testing.TB, n int, transport string) []*ProcessGroup {
 	t.Helper()
 	pgs := make([]*ProcessGroup, n)
 	recs := make([][]byte, n)

@@ -15,6 +15,15 @@ def _plain(t) -> bool:
     return isinstance(t, torch.Tensor) and t.layout is _STRIDED and t.is_cpu
 
 
+def fast_dtype(t):
+    """The dtype code of a dense, contiguous CPU tensor of a supported dtype,
+    else None: the test of the synchronous fast paths (anything else takes
+    the full path, whose checks explain what is wrong)."""
+    if isinstance(t, torch.Tensor) and t.layout is _STRIDED and t.is_cpu and t.is_contiguous():
+        return DTYPE_CODES.get(t.dtype)
+    return None
+
+
 def tensor(op: str, name: str, t) -> torch.Tensor:
     """Check one tensor argument: a dense CPU tensor."""
     if _plain(t):

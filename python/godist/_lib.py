@@ -133,16 +133,34 @@ def _errbuf():
     return b
 
 
+class _Raw:
+    """The bare ctypes functions, by short name."""
+
+
+def scratch():
+    """This thread's (error buffer, work handle, pointer to the handle) for a
+    raw call: handle is a c_uint64 the call fills, read right after it."""
+    s = getattr(_tls, "scratch", None)
+    if s is None:
+        h = c_uint64()
+        s = _tls.scratch = (_errbuf(), h, ctypes.byref(h))
+    return s
+
+
 class _Lib:
     """Attribute access returns the wrapped function without the godist_ prefix."""
 
     def __init__(self, cdll):
         self._cdll = cdll
+        # raw: the bare ctypes functions, for the synchronous fast paths that
+        # pass the error buffer themselves (see scratch) and check _forked.
+        self.raw = _Raw()
         for name, (restype, argtypes) in _DECLS.items():
             fn = getattr(cdll, name)
             fn.restype = restype
             fn.argtypes = argtypes
             short = name[len("godist_"):]
+            setattr(self.raw, short, fn)
             if argtypes[-2:] == _ERR:
                 setattr(self, short, _wrap(fn))
             else:

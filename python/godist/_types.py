@@ -51,6 +51,34 @@ def reduce_op(op) -> tuple[int, float]:
     return code, factor
 
 
+_SUM = dist.ReduceOp.SUM
+_SIMPLE = frozenset(range(PREMUL_SUM))
+
+
+def fast_op(opts) -> int:
+    """The op code of opts.reduceOp if it needs no factor (not PREMUL_SUM),
+    else -1 (the caller takes the full path through reduce_op)."""
+    rop = opts.reduceOp
+    if rop == _SUM:
+        return 0
+    code = rop.op.value
+    return code if code in _SIMPLE else -1
+
+
+_TIMEOUTS: dict = {}
+
+
+def fast_timeout(opts) -> int:
+    """opts_timeout(opts), cached by value (ops keep passing the same few)."""
+    td = opts.timeout
+    ms = _TIMEOUTS.get(td)
+    if ms is None:
+        ms = timeout_ms(td)
+        if len(_TIMEOUTS) < 64:
+            _TIMEOUTS[td] = ms
+    return ms
+
+
 def timeout_ms(timeout, default_ms: int = 0) -> int:
     """Milliseconds from an options timeout; negative/unset means the default (0)."""
     if timeout is None:

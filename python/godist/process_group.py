@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 from . import _checks, _lib, _rendezvous, _types
-from .work import GodistWork, combine, submit
+from ._lib import ERRLEN, GodistBuf
+from .work import GodistWork, adopt, combine, finish_sync, submit
 
 _live = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -60,6 +61,26 @@ def _async(opts) -> bool:
     return bool(getattr(opts, "asyncOp", True)) if opts is not None else True
 
 
+# The synchronous fast paths (one dense contiguous CPU tensor, no profiler,
+# torch telling us the call is synchronous) make one raw library call and a
+# completed Work; everything else takes the general path through submit().
+_profiling = torch._C._autograd._profiler_enabled
+_HAS_ASYNC_FLAG = hasattr(dist.AllreduceOptions(), "asyncOp")
+
+
+def _sync(opts) -> bool:
+    return _HAS_ASYNC_FLAG and opts is not None and not opts.asyncOp and not _lib._forked and not _profiling()
+
+
+def _one(tensors):
+    """The tensor of a one-tensor list if the fast paths can take it, else None."""
+    if type(tensors) is list and len(tensors) == 1:
+        t = tensors[0]
+        if _checks.fast_dtype(t) is not None:
+            return t
+    return None
+
+
 def _chunks(flat: torch.Tensor, n: int):
     """n equal byte ranges of a contiguous tensor as (pointer, nbytes)."""
     nb = _nbytes(flat) // n if n else 0
@@ -90,6 +111,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         lib.pg_create(rank, size, self._name.encode(), self._timeout_ms(), bind or None,
                       b"tcp" if transport == "tcp" else None, ctypes.byref(h))
         self._h = h.value
+        self._raw = lib.raw
         try:
             if size > 1:
                 _rendezvous.exchange(store, rank, size, self._h, self._timeout, self._name)
@@ -202,6 +224,14 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     # ----- collectives --------------------------------------------------
     def allreduce(self, tensors, opts=None):
+        if _sync(opts):
+            t = _one(tensors)
+            code = _types.fast_op(opts) if t is not None else -1
+            if code >= 0:
+                eb, hv, hp = _lib.scratch()
+                rc = self._raw.allreduce(self._h, GodistBuf(t.data_ptr(), t.nbytes), _types.DTYPE_CODES[t.dtype], code,
+                                         0.0, _types.fast_timeout(opts), -1, hp, eb, ERRLEN)
+                return self._track(finish_sync("allreduce", tensors, rc, hv, eb))
         op = "allreduce"
         t = _checks.single(op, "tensors", tensors)
         dt = _checks.dtype_code(op, "tensor", t)
@@ -229,6 +259,14 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._track(submit(op, ts, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
     def broadcast(self, tensors, opts=None):
+        if _sync(opts):
+            t = _one(tensors)
+            root = opts.rootRank
+            if t is not None and opts.rootTensor == 0 and type(root) is int and 0 <= root < self._size:
+                eb, hv, hp = _lib.scratch()
+                rc = self._raw.broadcast(self._h, GodistBuf(t.data_ptr(), t.nbytes), root, _types.fast_timeout(opts),
+                                         -1, hp, eb, ERRLEN)
+                return self._track(finish_sync("broadcast", tensors, rc, hv, eb))
         op = "broadcast"
         t = _checks.single(op, "tensors", tensors)
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._size)
@@ -468,6 +506,10 @@ class GodistProcessGroup(dist.ProcessGroup):
         return pairs
 
     def barrier(self, opts=None):
+        if _sync(opts):
+            eb, hv, hp = _lib.scratch()
+            rc = self._raw.barrier(self._h, _types.fast_timeout(opts), -1, hp, eb, ERRLEN)
+            return self._track(finish_sync("barrier", [], rc, hv, eb))
         lib, h, timeout = _lib.load(), self._h, self._t(opts)
         calls = [lambda n, w: lib.barrier(h, timeout, n, w)]
         return self._track(submit("barrier", [], calls, async_op=_async(opts)))
@@ -483,6 +525,12 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     # ----- point to point -----------------------------------------------
     def send(self, tensors, dstRank, tag=0):
+        t = _one(tensors)
+        if t is not None and type(dstRank) is int and 0 <= dstRank < self._size and not _lib._forked and not _profiling():
+            # Sends are eager: done when the call returns.
+            eb, hv, hp = _lib.scratch()
+            rc = self._raw.send(self._h, GodistBuf(t.data_ptr(), t.nbytes), dstRank, int(tag), 0, -1, hp, eb, ERRLEN)
+            return self._track(finish_sync("send", tensors, rc, hv, eb))
         op = "send"
         t = _checks.single(op, "tensors", tensors).contiguous()
         dst = _checks.rank(op, "destination rank", dstRank, self._size)
@@ -493,6 +541,15 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._track(submit(op, [t], calls, keep=(t, b), async_op=False))
 
     def recv(self, tensors, srcRank, tag=0):
+        t = _one(tensors)
+        if t is not None and type(srcRank) is int and 0 <= srcRank < self._size and not _lib._forked and not _profiling():
+            # A message already here completes the receive during the call;
+            # otherwise the Work holds its handle like any asynchronous op.
+            eb, hv, hp = _lib.scratch()
+            rc = self._raw.recv(self._h, GodistBuf(t.data_ptr(), t.nbytes), srcRank, int(tag), 0, -1, hp, eb, ERRLEN)
+            if rc == 0 and hv.value:
+                return self._track(adopt("recv", tensors, hv.value, keep=t))
+            return self._track(finish_sync("recv", tensors, rc, hv, eb, srcRank))
         op = "recv"
         t = _checks.single(op, "tensors", tensors)
         src = _checks.rank(op, "source rank", srcRank, self._size)

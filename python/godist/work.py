@@ -46,16 +46,20 @@ class GodistWork(dist._Work):
     # needs them (a blocking wait on another thread's completion, or
     # get_future): most works complete before anyone looks.
 
-    def __init__(self, op: str, outputs):
+    # Defaults, shadowed per instance once set.
+    _event = None
+    _exc = None
+    _source = -1
+    _fut = None
+    _group = None  # set while the completion thread owns the op
+
+    def __init__(self, op: str, outputs, done: bool = False, source: int = -1):
         super().__init__()
         self._op = op
         self._outputs = outputs
-        self._done = False
-        self._event = None
-        self._exc = None
-        self._source = -1
-        self._fut = None
-        self._group = None  # set while the completion thread owns the op
+        self._done = done
+        if source >= 0:
+            self._source = source
 
     # completion (called once, by the completion thread or the caller)
     def _finish(self, exc=None, source=-1):
@@ -367,6 +371,33 @@ def _submit(op, outputs, calls, finalize, keep, async_op):
     if group.exc is not None:
         raise group.exc
     return work
+
+
+def adopt(op: str, outputs, handle: int, keep=None) -> GodistWork:
+    """The Work of an op submitted by a raw call that is still running: held
+    like any asynchronous op (see submit)."""
+    work = GodistWork(op, outputs)
+    group = _Group(work, 1, None, keep, (handle,))
+    work._group = group
+    completer.hold(group)
+    return work
+
+
+def finish_sync(op: str, outputs, rc: int, handle, errbuf, source: int = -1) -> GodistWork:
+    """The end of a synchronous fast path, after a raw call with notify -1:
+    raise the call's error, else wait for the op if Go queued it behind
+    earlier asynchronous ones (handle holds its handle; 0 when it finished
+    during the call), and return a completed Work."""
+    if rc != _errors.OK:
+        raise _errors.make_error(rc, errbuf.value.decode("utf-8", "replace"))
+    h = handle.value
+    if h:
+        exc, src = _wait_handle(_lib.load(), h)
+        if exc is not None:
+            raise exc
+        if src >= 0:
+            source = src
+    return GodistWork(op, outputs, True, source)
 
 
 def _wait_handle(lib, h):

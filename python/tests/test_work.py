@@ -77,3 +77,78 @@ def completion_worker(rank, n, init_file):
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_work_completion_paths(n):
     run_world(completion_worker, n)
+
+
+def fast_path_worker(rank, n, init_file):
+    """The synchronous fast paths (one contiguous CPU tensor, async_op=False,
+    and every send/recv) against the general path and against each other."""
+    from godist import runtime_stats
+
+    init(rank, n, init_file, gloo_group=False)
+    want = float(sum(range(1, n + 1)))
+    live0 = runtime_stats()["handles"]
+
+    # A synchronous op issued behind queued asynchronous ones waits for them
+    # and keeps issue order: each result depends on the one before.
+    t = torch.full((1000,), float(rank + 1))
+    works = [dist.all_reduce(t, async_op=True) for _ in range(3)]
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((1000,), want * n**3)), t[:3]
+    for w in works:
+        w.wait()
+
+    # every reduce op the fast path takes, and PREMUL_SUM, which it leaves
+    # to the general path
+    for op, expect in [(dist.ReduceOp.SUM, want), (dist.ReduceOp.MAX, float(n)), (dist.ReduceOp.MIN, 1.0),
+                       (dist.ReduceOp.AVG, want / n), (dist.ReduceOp.PRODUCT, float(torch.arange(1, n + 1).prod())),
+                       (dist.ReduceOp.PREMUL_SUM(2.0), 2 * want)]:
+        t = torch.full((7,), float(rank + 1))
+        w = dist.all_reduce(t, op=op)
+        assert torch.equal(t, torch.full((7,), expect)), (op, t)
+        assert w is None or w.is_completed()
+    # non-contiguous tensors and empty ones
+    t = torch.full((4, 6), float(rank + 1)).t()
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((6, 4), want))
+    e = torch.empty(0)
+    dist.all_reduce(e)
+    dist.broadcast(e, 0)
+    # broadcast from every root
+    for root in range(n):
+        t = torch.full((9,), float(rank))
+        dist.broadcast(t, root)
+        assert torch.equal(t, torch.full((9,), float(root)))
+    dist.barrier()
+
+    if n > 1:
+        # send/recv: a message that arrives before its receive (recv completes
+        # during the call) and one that arrives after (recv waits)
+        right, left = (rank + 1) % n, (rank - 1) % n
+        dist.send(torch.full((3,), float(rank)), right)
+        dist.barrier()
+        r = torch.empty(3)
+        w = dist.irecv(r, left)
+        w.wait()
+        assert w._source_rank() == left and torch.equal(r, torch.full((3,), float(left)))
+        if rank % 2 == 0:
+            r = torch.empty(5, dtype=torch.int64)
+            dist.recv(r, left)
+            assert torch.equal(r, torch.full((5,), left, dtype=torch.int64))
+            dist.send(torch.full((5,), rank, dtype=torch.int64), right)
+        else:
+            dist.send(torch.full((5,), rank, dtype=torch.int64), right)
+            r = torch.empty(5, dtype=torch.int64)
+            dist.recv(r, left)
+            assert torch.equal(r, torch.full((5,), left, dtype=torch.int64))
+        # bad input still gets the general path's clear error
+        import pytest as _pytest
+        with _pytest.raises(ValueError, match="destination rank"):
+            dist.distributed_c10d._get_default_group().send([torch.ones(1)], n + 3, 0)
+    dist.barrier()
+    assert runtime_stats()["handles"] <= live0
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_sync_fast_paths(n):
+    run_world(fast_path_worker, n)

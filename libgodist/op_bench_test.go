@@ -1,0 +1,64 @@
+package libgodist
+
+import (
+	"testing"
+	"time"
+
+	"github.com/godist/godist/libgodist/reduce"
+)
+
+// BenchmarkInlineAllReduce measures the engine's cost of one synchronous
+// all-reduce on a group of one (no communication): argument checks, the
+// executor, the deadline and the Work.
+func BenchmarkInlineAllReduce(b *testing.B) {
+	pgs, _ := group(b, 1, time.Minute)
+	buf := make([]byte, 8)
+	a := ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}
+	b.ReportAllocs()
+	for b.Loop() {
+		w, err := pgs[0].AllReduce(buf, a, Opts{Inline: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkInlineAllReduceShm measures a synchronous 8-byte all-reduce
+// through the whole engine on two ranks (goroutines) sharing an arena.
+func BenchmarkInlineAllReduceShm(b *testing.B) {
+	pgs := connectGroup(b, 2, "")
+	a := ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}
+	b.ReportAllocs()
+	done := make(chan error, 1)
+	n := b.N
+	go func() {
+		buf := make([]byte, 8)
+		for i := 0; i < n; i++ {
+			w, err := pgs[1].AllReduce(buf, a, Opts{Inline: true})
+			if err == nil {
+				err = w.Err()
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	buf := make([]byte, 8)
+	for i := 0; i < n; i++ {
+		w, err := pgs[0].AllReduce(buf, a, Opts{Inline: true})
+		if err == nil {
+			err = w.Err()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
