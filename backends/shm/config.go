@@ -49,9 +49,19 @@ func DefaultOneShotMax(size int) int {
 }
 
 // DefaultRingSize is the capacity of each point-to-point ring (one per
-// ordered pair of ranks) for a group of size local ranks.
+// ordered pair of ranks) for a group of size local ranks: a power of two
+// that holds a whole message below the single-copy threshold (cmaMin, plus
+// its header) as long as all size*(size-1) rings fit in 16 MiB, so a
+// sender rarely waits for its receiver to drain the ring (each such wait
+// is a round trip through the scheduler when ranks outnumber cores); at
+// least 4 KiB.
 func DefaultRingSize(size int) int {
-	return min(max(256<<10/max(size, 1), 4<<10), 64<<10) / 64 * 64
+	pairs := max(size*(size-1), 1)
+	r := 128 << 10
+	for r > 4<<10 && r*pairs > 16<<20 {
+		r /= 2
+	}
+	return r
 }
 
 // Config describes one rank's view of an arena. Rank and Size count local
