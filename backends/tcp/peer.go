@@ -61,10 +61,28 @@ func (p *peer) send(ctx context.Context, h header, data []byte) error {
 		_, err := p.conn.Write(buf)
 		return err
 	}
-	bufs := net.Buffers{p.hdr[:], data}
-	_, err := bufs.WriteTo(p.conn)
-	return err
+	// Large payloads go out in writes of at most writeChunk bytes: one huge
+	// write holds the socket's lock while it copies, so the peer's
+	// acknowledgements queue in the backlog and the window opens late
+	// (64 MiB over loopback: 2.5 GB/s in one write, 3.5-4 GB/s in 512 KiB
+	// writes).
+	first := min(len(data), writeChunk)
+	bufs := net.Buffers{p.hdr[:], data[:first]}
+	if _, err := bufs.WriteTo(p.conn); err != nil {
+		return err
+	}
+	for rest := data[first:]; len(rest) > 0; {
+		k := min(len(rest), writeChunk)
+		if _, err := p.conn.Write(rest[:k]); err != nil {
+			return err
+		}
+		rest = rest[k:]
+	}
+	return nil
 }
+
+// writeChunk is the largest single write of a payload.
+const writeChunk = 512 << 10
 
 // readLoop delivers frames until the connection ends, parking on the
 // poller while the socket is empty. It reports how it ended through

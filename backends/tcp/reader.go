@@ -37,6 +37,9 @@ const (
 	// directMin: a payload remainder at least this large is read straight
 	// into its destination rather than through buf.
 	directMin = 16 << 10
+	// readChunk is the largest single read straight into a destination
+	// (smaller reads let the kernel return the window sooner).
+	readChunk = 256 << 10
 )
 
 var errEOF = fmt.Errorf("%w: connection closed by peer", io.EOF)
@@ -131,7 +134,7 @@ func (rd *reader) payload(fd int, progressed *bool) (bool, error) {
 		var k int
 		var err error
 		if dst != nil && n-rd.got >= directMin {
-			k, err = readNB(fd, dst[rd.got:])
+			k, err = readNB(fd, dst[rd.got:min(n, rd.got+readChunk)])
 			rd.got += k
 		} else {
 			k, err = readNB(fd, rd.buf)
