@@ -42,14 +42,14 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
 
 
 def runtime_stats() -> dict:
-    """Goroutines and live handles of the Go runtime in this process."""
+    """Goroutines, live handles and GOMAXPROCS of the Go runtime in this process."""
     import ctypes
 
     from . import _lib
 
     g, h = ctypes.c_int64(), ctypes.c_int64()
     _lib.load().runtime_stats(ctypes.byref(g), ctypes.byref(h))
-    return {"goroutines": g.value, "handles": h.value}
+    return {"goroutines": g.value, "handles": h.value, "gomaxprocs": _lib.load().gomaxprocs()}
 
 
 def _register():

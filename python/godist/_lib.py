@@ -35,6 +35,7 @@ _ERR = [c_char_p, c_int32]
 _DECLS = {
     "godist_abi_version": (c_int32, []),
     "godist_live_handles": (c_int64, []),
+    "godist_gomaxprocs": (c_int32, []),
     "godist_runtime_stats": (None, [POINTER(c_int64), POINTER(c_int64)]),
     # process groups
     "godist_pg_create": (c_int, [c_int32, c_int32, c_char_p, c_int64, c_char_p, c_char_p, _U64P] + _ERR),

@@ -152,3 +152,19 @@ def fast_path_worker(rank, n, init_file):
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_sync_fast_paths(n):
     run_world(fast_path_worker, n)
+
+
+def test_runtime_keeps_spare_procs():
+    """The library gives the Go runtime spare Ps unless GOMAXPROCS is set
+    (capi/runtime.go), so its monitor thread does not spin."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import godist; print(godist.runtime_stats()['gomaxprocs'])"
+    env = {k: v for k, v in os.environ.items() if k != "GOMAXPROCS"}
+    got = int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
+    assert got == len(os.sched_getaffinity(0)) + 4
+    env["GOMAXPROCS"] = "3"
+    got = int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
+    assert got == 3
