@@ -15,14 +15,17 @@ import (
 // overlap any ins[r], except outs[rank] being ins[rank].
 //
 // Protocol: every rank's data slot half holds a table of the sizes it
-// sends (Size u64, rounded up to a cache line) followed by Size regions of
-// per bytes. Step s0 carries the tables and the first per bytes of every
+// sends and of their addresses (2*Size u64, rounded up to a cache line)
+// followed by Size regions of per bytes. Step s0 carries the tables and the first per bytes of every
 // block; after every peer's step s0 each rank knows the largest block in
 // the group and so the number of rounds, ceil(max/per). In round i every
 // rank copies bytes [i*per, (i+1)*per) of each ins[q] into region q,
 // publishes the step, and after every peer's step copies region rank of
 // each peer's slot into outs[q]. The next round's copy-in overlaps the
-// current copy-out, as in AllGather.
+// current copy-out, as in AllGather. When the largest block reaches
+// DirectMin and the ranks can read each other's memory (direct.go), there
+// are no rounds: each rank reads its blocks straight out of the senders'
+// memory, then waits until every peer has read its own.
 func (a *Arena) AllToAll(ctx context.Context, ins, outs [][]byte) error {
 	const op = "alltoall"
 	if len(ins) != a.size || len(outs) != a.size {
@@ -54,7 +57,7 @@ func (a *Arena) AllToAll(ctx context.Context, ins, outs [][]byte) error {
 func (a *Arena) allToAll(c *opCtx, ins, outs [][]byte) error {
 	me, P := a.rank, a.size
 	d := desc{kind: kindAllToAll}
-	tbl := alignUp(8*P, lineSize)
+	tbl := alignUp(16*P, lineSize)
 	per := (a.lay.chunk - tbl) / P
 	if per >= lineSize {
 		per = per / lineSize * lineSize
@@ -64,6 +67,7 @@ func (a *Arena) allToAll(c *opCtx, ins, outs [][]byte) error {
 		for q := 0; q < P; q++ {
 			if i == 0 {
 				*(*uint64)(a.ptr(base + 8*q)) = uint64(len(ins[q]))
+				*(*uint64)(a.ptr(base + 8*(P+q))) = addrOf(ins[q])
 			}
 			if lo := i * per; q != me && lo < len(ins[q]) {
 				hi := min(len(ins[q]), lo+per)
@@ -110,6 +114,24 @@ func (a *Arena) allToAll(c *opCtx, ins, outs [][]byte) error {
 		}
 	}
 	a.scratch = skip
+	if a.useDirect(maxBlk) {
+		// Single copy: read each block straight out of its sender's
+		// memory, at the address in the sender's table.
+		for k := 1; k < P; k++ {
+			q := (me + k) % P
+			if skip[q] || len(outs[q]) == 0 {
+				continue
+			}
+			addr := *(*uint64)(a.ptr(a.lay.buf(q, s0) + 8*(P+me)))
+			if err := a.readPeer(c, q, addr, outs[q]); err != nil {
+				return err
+			}
+		}
+		if err := a.finishDirect(c, s0); err != nil {
+			return err
+		}
+		return mismatch
+	}
 	rounds := chunks(maxBlk, per)
 	for i := 0; i < rounds; i++ {
 		s := s0 + uint64(i)

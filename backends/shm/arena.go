@@ -44,8 +44,14 @@ type Arena struct {
 	seenD   []uint64   // last D value seen per rank; guarded by opMu
 	broken  error      // first fatal error of a collective; guarded by opMu
 	scratch []bool     // reused by AllToAll; guarded by opMu
+	// dacc and dtmp are the scratch of single-copy reductions; guarded by
+	// opMu.
+	dacc, dtmp []byte
 
 	procs []proc // peers' processes; fixed after Open
+	// direct: every local rank can read every other's memory, so large
+	// collectives copy straight out of it (direct.go). Fixed after Open.
+	direct bool
 	// sameProc is the number of local ranks in this process (more than one
 	// in tests and benchmarks, where waiters may have to yield to the Go
 	// scheduler too). Fixed after Open.
@@ -132,6 +138,7 @@ func create(path string, cfg *Config) ([]byte, params, error) {
 	*(*uint32)(unsafe.Add(h, hdrSize)) = uint32(p.size)
 	*(*uint64)(unsafe.Add(h, hdrChunk)) = uint64(p.chunk)
 	*(*int64)(unsafe.Add(h, hdrOneShot)) = int64(p.oneShot)
+	*(*int64)(unsafe.Add(h, hdrDirect)) = int64(p.direct)
 	*(*uint64)(unsafe.Add(h, hdrRing)) = uint64(p.ring)
 	*(*uint64)(unsafe.Add(h, hdrTotal)) = uint64(lay.total)
 	for r := 0; r < p.size; r++ {
@@ -197,7 +204,8 @@ func join(ctx context.Context, path string, cfg *Config) ([]byte, params, error)
 	}
 	ver := *(*uint32)(unsafe.Add(h, hdrVersion))
 	p = params{size: int(*(*uint32)(unsafe.Add(h, hdrSize))), chunk: int(*(*uint64)(unsafe.Add(h, hdrChunk))),
-		oneShot: int(*(*int64)(unsafe.Add(h, hdrOneShot))), ring: int(*(*uint64)(unsafe.Add(h, hdrRing)))}
+		oneShot: int(*(*int64)(unsafe.Add(h, hdrOneShot))), ring: int(*(*uint64)(unsafe.Add(h, hdrRing))),
+		direct: int(*(*int64)(unsafe.Add(h, hdrDirect)))}
 	total := int(*(*uint64)(unsafe.Add(h, hdrTotal)))
 	_ = unmap(hdr)
 	if ver != version {
@@ -229,6 +237,7 @@ func (a *Arena) join(ctx context.Context) error {
 	}
 	*(*int64)(a.ptr(c + ctlPID)) = int64(os.Getpid())
 	*(*uint64)(a.ptr(c + ctlPIDNS)) = pidNamespace()
+	a.publishProbe()
 	a.u32(c + ctlState).Store(stateActive)
 	joined := a.u32(hdrJoined)
 	if joined.Add(1) == uint32(a.size) {
@@ -277,7 +286,7 @@ func (a *Arena) join(ctx context.Context) error {
 		}
 		a.procs[r] = pr
 	}
-	return nil
+	return a.probeDirect(ctx)
 }
 
 func (a *Arena) ctl(r int) int { return a.lay.ctl(r) }
@@ -313,6 +322,10 @@ func (a *Arena) ChunkSize() int { return a.lay.chunk }
 
 // OneShotMax is the largest all-reduce done one-shot, -1 if none.
 func (a *Arena) OneShotMax() int { return a.lay.oneShot }
+
+// DirectMin returns the smallest AllToAll block moved by single copy when
+// the ranks can read each other's memory (-1: never; see Direct).
+func (a *Arena) DirectMin() int { return a.lay.direct }
 
 // Path is the arena file's path (already unlinked once Open returns).
 func (a *Arena) Path() string { return a.path }

@@ -23,7 +23,9 @@ var groupConfigs = []struct {
 	mod  func(*Config)
 }{
 	{"default-oneshot", func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = 512 }},
-	{"twoshot-only", func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = -1 }},
+	{"twoshot-only", func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = -1; c.DirectMin = -1 }},
+	// Single copy from 2 KiB on (direct.go), with pieces of testChunk.
+	{"direct", func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = 256; c.DirectMin = 2 * testChunk }},
 }
 
 var worldSizes = []int{1, 2, 3, 4, 5, 8}

@@ -96,6 +96,10 @@ type Config struct {
 	// RingSize is the capacity in bytes of each point-to-point ring (a
 	// multiple of 64, at least 256); 0 means DefaultRingSize(Size).
 	RingSize int
+	// DirectMin is the smallest block in bytes that AllToAll moves by
+	// single copy when the ranks can read each other's memory (direct.go);
+	// 0 means DefaultDirectMin, a negative value disables single copy.
+	DirectMin int
 	// Wait overrides the wait policy; nil means DefaultWaitPolicy(Size).
 	// It is local to this rank.
 	Wait *WaitPolicy
@@ -151,12 +155,12 @@ func (c *Config) normalize() error {
 
 // params are the layout parameters stored in the arena header.
 type params struct {
-	size, chunk, oneShot, ring int
+	size, chunk, oneShot, ring, direct int
 }
 
 // params returns the layout a creating rank writes (defaults applied).
 func (c *Config) params() params {
-	p := params{size: c.Size, chunk: c.ChunkSize, oneShot: c.OneShotMax, ring: c.RingSize}
+	p := params{size: c.Size, chunk: c.ChunkSize, oneShot: c.OneShotMax, ring: c.RingSize, direct: c.DirectMin}
 	if p.chunk == 0 {
 		p.chunk = max(DefaultChunkSize, MinChunkSize(c.Size))
 	}
@@ -169,6 +173,12 @@ func (c *Config) params() params {
 	p.oneShot = min(p.oneShot, p.chunk)
 	if p.ring == 0 {
 		p.ring = DefaultRingSize(c.Size)
+	}
+	switch {
+	case p.direct == 0:
+		p.direct = DefaultDirectMin
+	case p.direct < 0:
+		p.direct = -1
 	}
 	return p
 }
@@ -183,6 +193,9 @@ func (c *Config) adopt(p params) error {
 	}
 	if c.OneShotMax != 0 && min(max(c.OneShotMax, -1), p.chunk) != p.oneShot {
 		return fmt.Errorf("%w: the arena's one-shot limit is %d, this rank asked for %d", ErrConfig, p.oneShot, c.OneShotMax)
+	}
+	if c.DirectMin != 0 && max(c.DirectMin, -1) != p.direct {
+		return fmt.Errorf("%w: the arena's single-copy threshold is %d, this rank asked for %d", ErrConfig, p.direct, c.DirectMin)
 	}
 	if c.RingSize != 0 && c.RingSize != p.ring {
 		return fmt.Errorf("%w: the arena's ring size is %d, this rank asked for %d", ErrConfig, p.ring, c.RingSize)

@@ -43,10 +43,13 @@
 //	header, page 0
 //	  0   u64 magic (stored last by the creator: ready)   8 u32 version
 //	  12  u32 P   16 u64 C   24 i64 one-shot limit   32 u64 R   40 u64 file size
+//	  48  i64 single-copy threshold
 //	  64  u32 joined (multi-writer: ranks that mapped the file)
+//	  128 u32 probed (multi-writer: ranks that published their direct verdict)
 //	control, 1024 bytes per rank at 4096 + 1024*r
 //	  0    u32 state (free, joining, active, closed, failed)   4 i32 cause rank
 //	  8    i64 pid   16 u64 pid namespace   24 u32 cause kind
+//	  32   u64 address of this rank's probe word   40 u32 direct verdict
 //	  64   u64 D: last step this rank has consumed
 //	  128  u64 R: last step whose reduced share this rank has published
 //	  192  u32 x4 sleeper counts for block 0, block 1, D, R (written by waiters)
@@ -107,6 +110,13 @@
 // AllToAll: step 0 carries each rank's table of block sizes and the first
 // C/P bytes of every block; the largest block decides the number of
 // rounds; every round moves the next C/P bytes of every block.
+//
+// AllToAll, single copy (direct.go): when every rank could read every
+// other's memory at Open (process_vm_readv of a probe word) and the
+// largest block reaches DirectMin, step 0's tables also carry the blocks'
+// addresses; each rank reads its blocks straight out of the senders'
+// memory, publishes D, and waits for every peer's D before returning (two
+// synchronizations instead of one per round).
 //
 // Barrier: publish an empty step, wait for every peer's.
 //

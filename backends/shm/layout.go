@@ -20,14 +20,16 @@ const (
 	blockSize  = lineSize + InlineSize
 
 	// Header (page 0).
-	hdrMagic   = 0  // u64, stored last by the creator: the arena is ready
-	hdrVersion = 8  // u32
-	hdrSize    = 12 // u32 local ranks
-	hdrChunk   = 16 // u64
-	hdrOneShot = 24 // i64
-	hdrRing    = 32 // u64
-	hdrTotal   = 40 // u64 file length
-	hdrJoined  = 64 // u32 ranks that mapped the file (multi-writer, own line)
+	hdrMagic   = 0   // u64, stored last by the creator: the arena is ready
+	hdrVersion = 8   // u32
+	hdrSize    = 12  // u32 local ranks
+	hdrChunk   = 16  // u64
+	hdrOneShot = 24  // i64
+	hdrRing    = 32  // u64
+	hdrTotal   = 40  // u64 file length
+	hdrDirect  = 48  // i64 single-copy threshold (-1: never)
+	hdrJoined  = 64  // u32 ranks that mapped the file (multi-writer, own line)
+	hdrProbed  = 128 // u32 ranks that published ctlDirect (multi-writer, own line)
 
 	// Per-rank control area, ctlStride bytes at ctl(r).
 	ctlState = 0  // u32 rank state (stateFree...)
@@ -36,8 +38,13 @@ const (
 	ctlPIDNS = 16 // u64 inode of the pid namespace
 	// ctlCauseKind says how ctlCause was lost: causeGone or causeLost.
 	ctlCauseKind = 24
-	ctlD         = 64  // u64 D: last step whose data this rank has consumed
-	ctlR         = 128 // u64 R: last step whose reduced share this rank has published
+	// ctlProbe is the address (u64) of a word in this rank's process that
+	// peers read to learn whether they can read its memory; ctlDirect
+	// (u32) is this rank's verdict on all its peers (direct.go).
+	ctlProbe  = 32
+	ctlDirect = 40
+	ctlD      = 64  // u64 D: last step whose data this rank has consumed
+	ctlR      = 128 // u64 R: last step whose reduced share this rank has published
 	// ctlSleep holds the sleeper counts for this rank's words (written by
 	// the waiters, read by the owner after each publish): u32 each.
 	ctlSleep = 192
@@ -84,7 +91,7 @@ const (
 	cmaFlag = uint64(1) << 63
 
 	magic   uint64 = 0x314d48535453444f // "ODSTSHM1", little-endian
-	version        = 1
+	version        = 2
 )
 
 // Rank states.

@@ -65,6 +65,7 @@ func childMain(mode string) int {
 			// Defaults, unless the benchmark is told otherwise.
 			cfg.ChunkSize, _ = strconv.Atoi(os.Getenv("GODIST_SHM_CHUNK"))
 			cfg.OneShotMax, _ = strconv.Atoi(os.Getenv("GODIST_SHM_ONESHOT"))
+			cfg.DirectMin, _ = strconv.Atoi(os.Getenv("GODIST_SHM_DIRECT"))
 		}
 		a, err := Open(ctx, cfg)
 		if err != nil {

@@ -83,6 +83,21 @@ def rooted_worker(rank, n, init_file):
     gy = torch.zeros_like(y)
     dist.all_to_all_single(gy, x, output_split_sizes=recv_splits, input_split_sizes=send_splits, group=gloo)
     check("all_to_all_single uneven vs gloo", y, gy)
+    # large blocks (64 KiB and more) are read straight out of the senders'
+    # memory between ranks on one host; uneven, with an empty block
+    rows = [0 if (rank + j) % 4 == 3 else 20_000 + 3_000 * ((rank + j) % 4) for j in range(n)]
+    cols = [0 if (j + rank) % 4 == 3 else 20_000 + 3_000 * ((j + rank) % 4) for j in range(n)]
+    x = torch.arange(sum(rows), dtype=torch.float32) + 1e6 * rank
+    y = torch.full((sum(cols),), -1.0)
+    dist.all_to_all_single(y, x, output_split_sizes=cols, input_split_sizes=rows)
+    gy = torch.zeros_like(y)
+    dist.all_to_all_single(gy, x, output_split_sizes=cols, input_split_sizes=rows, group=gloo)
+    check("all_to_all_single large uneven vs gloo", y, gy)
+    ins = [torch.full((70_000,), float(rank * 10 + j)) for j in range(n)]
+    outs = [torch.zeros(70_000) for _ in range(n)]
+    dist.all_to_all(outs, ins)
+    for j in range(n):
+        check(f"all_to_all large from {j}", outs[j], torch.full((70_000,), float(j * 10 + rank)))
     return bad
 
 

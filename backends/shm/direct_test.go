@@ -1,0 +1,84 @@
+package shm
+
+import (
+		"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// directConfig makes every collective of more than 2 KiB go by single copy.
+func directConfig(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = 256; c.DirectMin = 2 * testChunk }
+
+// TestDirectProbe: ranks that can read each other's memory agree on single
+// copy at Open; a rank that cannot makes every rank use the slots, and the
+// collectives give the same results either way.
+func TestDirectProbe(t *testing.T) {
+	if sysProcessVMReadv == 0 {
+		t.Skip("no process_vm_readv on this platform")
+	}
+	run := func(t *testing.T, arenas []*Arena) {
+		ctx := testCtx(t, 20*time.Second)
+		P := len(arenas)
+		ins := make([][][]byte, P)
+		outs := make([][][]byte, P)
+		for r := range ins {
+			ins[r] = make([][]byte, P)
+			outs[r] = make([][]byte, P)
+			for q := range ins[r] {
+				ins[r][q] = randBytes(3000+100*q, uint64(r*10+q))
+				outs[r][q] = make([]byte, 3000+100*r)
+			}
+		}
+		requireAllOK(t, onAll(arenas, func(r int, a *Arena) error { return a.AllToAll(ctx, ins[r], outs[r]) }), "alltoall")
+		for r := range outs {
+			for q := range outs[r] {
+				require.Equal(t, ins[q][r], outs[r][q], "rank %d block from %d", r, q)
+			}
+		}
+	}
+	t.Run("readable", func(t *testing.T) {
+		arenas := openGroup(t, 3, directConfig)
+		for r, a := range arenas {
+			require.True(t, a.Direct(), "rank %d", r)
+			require.Equal(t, 2*testChunk, a.DirectMin())
+		}
+		run(t, arenas)
+	})
+	t.Run("refused", func(t *testing.T) {
+		readMemory = func(int, uintptr, []byte) (int, error) { return 0, syscall.EPERM }
+		t.Cleanup(func() { readMemory = readProcess })
+		arenas := openGroup(t, 3, directConfig)
+		for r, a := range arenas {
+			require.False(t, a.Direct(), "rank %d", r)
+		}
+		run(t, arenas)
+	})
+	t.Run("disabled", func(t *testing.T) {
+		arenas := openGroup(t, 2, func(c *Config) { directConfig(c); c.DirectMin = -1 })
+		require.Equal(t, -1, arenas[1].DirectMin())
+		run(t, arenas)
+	})
+}
+
+// TestDirectReadFails: a rank whose peer's process memory cannot be read in
+// the middle of a single-copy collective fails with ErrConnLost naming the
+// peer, instead of hanging or reading garbage.
+func TestDirectReadFails(t *testing.T) {
+	if sysProcessVMReadv == 0 {
+		t.Skip("no process_vm_readv on this platform")
+	}
+	arenas := openGroup(t, 2, directConfig)
+	readMemory = func(int, uintptr, []byte) (int, error) { return 0, syscall.ESRCH }
+	t.Cleanup(func() { readMemory = readProcess })
+	ctx := testCtx(t, 10*time.Second)
+	errs := onAll(arenas, func(r int, a *Arena) error {
+		return a.AllToAll(ctx, [][]byte{make([]byte, 4096), make([]byte, 4096)}, [][]byte{make([]byte, 4096), make([]byte, 4096)})
+	})
+	for r, err := range errs {
+		require.Error(t, err, "rank %d", r)
+		require.Contains(t, fmt.Sprint(err), "local rank", "rank %d", r)
+	}
+}
