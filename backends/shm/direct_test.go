@@ -1,7 +1,7 @@
 package shm
 
 import (
-		"fmt"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -10,7 +10,11 @@ import (
 )
 
 // directConfig makes every collective of more than 2 KiB go by single copy.
-func directConfig(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = 256; c.DirectMin = 2 * testChunk }
+func directConfig(c *Config) {
+	c.ChunkSize = testChunk
+	c.OneShotMax = 256
+	c.DirectMin = 2 * testChunk
+}
 
 // TestDirectProbe: ranks that can read each other's memory agree on single
 // copy at Open; a rank that cannot makes every rank use the slots, and the
