@@ -70,6 +70,49 @@ func halfPairs(dt DType, r *rand.Rand) (xs, ys []uint16) {
 	return xs, ys
 }
 
+// checkVecCombine runs op on a and b with the vector kernels on and wants
+// want, the Go loops' result: on the whole buffers, with the operands
+// swapped, on unaligned buffers, in place on either operand, and on every
+// length from 1 to 67 elements at nine starting elements (so the vector
+// part and the Go tail vary); with ref, the first of each also against the
+// reference.
+func checkVecCombine(t *testing.T, op Op, dt DType, a, b, want []byte, ref bool) {
+	t.Helper()
+	run := func(dst, a, b []byte) {
+		withVec(true, func() { require.NoError(t, Combine3(op, dt, dst, a, b)) })
+	}
+	got := make([]byte, len(a))
+	run(got, a, b)
+	requireSameBytes(t, dt, want, got, a, b)
+	run(got, b, a)
+	requireSameBytes(t, dt, want, got, a, b)
+	ua, ub, ud := unaligned(a), unaligned(b), unaligned(make([]byte, len(a)))
+	run(ud, ua, ub)
+	requireSameBytes(t, dt, want, ud, a, b)
+	ip := bytes.Clone(a)
+	run(ip, ip, b)
+	requireSameBytes(t, dt, want, ip, a, b)
+	ip = bytes.Clone(b)
+	run(ip, a, ip)
+	requireSameBytes(t, dt, want, ip, a, b)
+	sz := dt.Size()
+	for off := 0; off <= 8; off++ {
+		for n := 1; n <= 67; n++ {
+			lo, hi := sz*(off*97), sz*(off*97+n)
+			sa, sb := unaligned(a[lo:hi]), b[lo:hi]
+			d := make([]byte, hi-lo)
+			run(d, sa, sb)
+			requireSameBytes(t, dt, want[lo:hi], d, sa, sb)
+			ip := bytes.Clone(sb)
+			run(ip, sa, ip)
+			requireSameBytes(t, dt, want[lo:hi], ip, sa, sb)
+			if ref && off == 0 {
+				requireSameBytes(t, dt, refCombine(op, dt, sa, sb), d, sa, sb)
+			}
+		}
+	}
+}
+
 // unaligned copies b to a buffer starting at an odd address.
 func unaligned(b []byte) []byte {
 	return append(make([]byte, 1, len(b)+1), b...)[1:]
@@ -88,49 +131,13 @@ func TestHalfVectorCombine(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(op), uint64(dt)))
 				xs, ys := halfPairs(dt, r)
 				a, b := putHalves(xs), putHalves(ys)
-				run := func(on bool, dst, a, b []byte) {
-					withVec(on, func() { require.NoError(t, Combine3(op, dt, dst, a, b)) })
-				}
 				want := make([]byte, len(a))
-				run(false, want, a, b)
-				got := make([]byte, len(a))
-				run(true, got, a, b)
-				requireSameBytes(t, dt, want, got, a, b)
+				withVec(false, func() { require.NoError(t, Combine3(op, dt, want, a, b)) })
+				checkVecCombine(t, op, dt, a, b, want, true)
 
 				// The edge pairs against the reference.
 				ne := 2 * len(halfEdges(dt)) * len(halfEdges(dt))
-				requireSameBytes(t, dt, refCombine(op, dt, a[:ne], b[:ne]), got[:ne], a[:ne], b[:ne])
-
-				// Swapped operands, unaligned buffers, in place.
-				run(true, got, b, a)
-				requireSameBytes(t, dt, want, got, a, b)
-				ua, ub, ud := unaligned(a), unaligned(b), unaligned(make([]byte, len(a)))
-				run(true, ud, ua, ub)
-				requireSameBytes(t, dt, want, ud, a, b)
-				ip := bytes.Clone(a)
-				run(true, ip, ip, b)
-				requireSameBytes(t, dt, want, ip, a, b)
-				ip = bytes.Clone(b)
-				run(true, ip, a, ip)
-				requireSameBytes(t, dt, want, ip, a, b)
-
-				// Every short length at several offsets, against the whole-buffer
-				// result (and the reference for the first few).
-				for off := 0; off <= 8; off++ {
-					for n := 1; n <= 67; n++ {
-						lo, hi := 2*(off*97), 2*(off*97+n)
-						sa, sb := unaligned(a[lo:hi]), b[lo:hi]
-						d := make([]byte, hi-lo)
-						run(true, d, sa, sb)
-						requireSameBytes(t, dt, want[lo:hi], d, sa, sb)
-						ip := bytes.Clone(sb)
-						run(true, ip, sa, ip)
-						requireSameBytes(t, dt, want[lo:hi], ip, sa, sb)
-						if off == 0 {
-							requireSameBytes(t, dt, refCombine(op, dt, sa, sb), d, sa, sb)
-						}
-					}
-				}
+				requireSameBytes(t, dt, refCombine(op, dt, a[:ne], b[:ne]), want[:ne], a[:ne], b[:ne])
 			})
 		}
 	}

@@ -126,6 +126,18 @@ var (
 	}
 )
 
+// partOf is the element type of dt's parts: float32/float64 for complex
+// dtypes, dt itself otherwise.
+func partOf(dt DType) DType {
+	switch dt {
+	case Complex64:
+		return Float32
+	case Complex128:
+		return Float64
+	}
+	return dt
+}
+
 // genElem returns the bits of one random element of dt (for complex, of one
 // part); callers pass the float32/float64 part dtype.
 func genElem(r *rand.Rand, dt DType) uint64 {
@@ -176,13 +188,8 @@ func genElem(r *rand.Rand, dt DType) uint64 {
 // genBufs returns two random buffers of n elements. Some elements of b are
 // related to a (equal, negated, same magnitude) to hit ties and cancellation.
 func genBufs(r *rand.Rand, dt DType, n int) (a, b []byte) {
-	part, parts := dt, 1
-	switch dt {
-	case Complex64:
-		part, parts = Float32, 2
-	case Complex128:
-		part, parts = Float64, 2
-	}
+	part := partOf(dt)
+	parts := dt.Size() / part.Size()
 	a = make([]byte, n*dt.Size())
 	b = make([]byte, n*dt.Size())
 	signBit := uint64(1) << (8*part.Size() - 1)
@@ -486,13 +493,7 @@ func TestNoAllocs(t *testing.T) {
 // returns expected bits; integer dtypes are not handled here.
 func refScaleDivide(dt DType, in []byte, scale bool, factor float64, n int) []byte {
 	out := bytes.Clone(in)
-	part := dt
-	switch dt {
-	case Complex64:
-		part = Float32
-	case Complex128:
-		part = Float64
-	}
+	part := partOf(dt)
 	cnt := len(in) / part.Size()
 	for i := 0; i < cnt; i++ {
 		u := getU(part, in, i)
@@ -540,13 +541,7 @@ func refScaleDivide(dt DType, in []byte, scale bool, factor float64, n int) []by
 // sameFloats compares float buffers treating any two NaNs as equal.
 func sameFloats(t *testing.T, dt DType, want, got []byte) {
 	t.Helper()
-	part := dt
-	switch dt {
-	case Complex64:
-		part = Float32
-	case Complex128:
-		part = Float64
-	}
+	part := partOf(dt)
 	isNaN := func(u uint64) bool {
 		switch part {
 		case Float16:
@@ -855,13 +850,7 @@ func BenchmarkCombine(b *testing.B) {
 func benchData(dt DType, size int) (x, y []byte) {
 	r := rand.New(rand.NewPCG(9, 9))
 	x, y = make([]byte, size), make([]byte, size)
-	part := dt
-	switch dt {
-	case Complex64:
-		part = Float32
-	case Complex128:
-		part = Float64
-	}
+	part := partOf(dt)
 	for _, buf := range [][]byte{x, y} {
 		for i := 0; i < size/part.Size(); i++ {
 			v := r.NormFloat64()

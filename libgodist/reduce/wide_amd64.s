@@ -119,52 +119,40 @@ done: \
 	VPOR Y, X, X; \
 	VPBLENDVB X, Y11, R, R
 
-// FMIN/FMAX: C = the operand with the smaller/larger key (x on ties), or
-// the canonical NaN. GT is VPCMPGTD or VPCMPGTQ.
-#define FMIN(KEY, GT, NANS, OFF, A, B, C, D) \
+// FPICK: C = y where the keys compare GT (src2 P, src1 Q: Q > P), else x;
+// then the canonical NaN where either operand is NaN. GT is VPCMPGTD or
+// VPCMPGTQ; P, Q name key registers: (D, C) compares kx > ky (MIN), (C, D)
+// ky > kx (MAX).
+#define FPICK(KEY, GT, NANS, P, Q, OFF, A, B, C, D) \
 	VMOVDQU OFF(SI), A; \
 	VMOVDQU OFF(DX), B; \
 	KEY(A, C); \
 	KEY(B, D); \
-	GT D, C, C; \
+	GT P, Q, C; \
 	VPBLENDVB C, B, A, C; \
 	NANS(A, B, C); \
 	VMOVDQU C, OFF(DI)
 
-#define FMAX(KEY, GT, NANS, OFF, A, B, C, D) \
+// IPICK64: int64 MIN (P, Q = B, A: x > y) or MAX (A, B: y > x) by compare
+// and blend (AVX2 has no VPMINSQ): C = y where Q > P, else x.
+#define IPICK64(P, Q, OFF, A, B, C, D) \
 	VMOVDQU OFF(SI), A; \
 	VMOVDQU OFF(DX), B; \
-	KEY(A, C); \
-	KEY(B, D); \
-	GT C, D, C; \
-	VPBLENDVB C, B, A, C; \
-	NANS(A, B, C); \
-	VMOVDQU C, OFF(DI)
-
-// IMIN64/IMAX64: int64 MIN/MAX by compare and blend (AVX2 has no
-// VPMINSQ).
-#define IMIN64(OFF, A, B, C, D) \
-	VMOVDQU OFF(SI), A; \
-	VMOVDQU OFF(DX), B; \
-	VPCMPGTQ B, A, C; \
+	VPCMPGTQ P, Q, C; \
 	VPBLENDVB C, B, A, C; \
 	VMOVDQU C, OFF(DI)
 
-#define IMAX64(OFF, A, B, C, D) \
-	VMOVDQU OFF(SI), A; \
-	VMOVDQU OFF(DX), B; \
-	VPCMPGTQ A, B, C; \
-	VPBLENDVB C, B, A, C; \
-	VMOVDQU C, OFF(DI)
+#define IMIN64(OFF, A, B, C, D) IPICK64(B, A, OFF, A, B, C, D)
+#define IMAX64(OFF, A, B, C, D) IPICK64(A, B, OFF, A, B, C, D)
 
 #define ADDPS(OFF, A, B, C, D) FARITH(VADDPS, VCMPPS, VBLENDVPS, OFF, A, B, C, D)
 #define MULPS(OFF, A, B, C, D) FARITH(VMULPS, VCMPPS, VBLENDVPS, OFF, A, B, C, D)
 #define ADDPD(OFF, A, B, C, D) FARITH(VADDPD, VCMPPD, VBLENDVPD, OFF, A, B, C, D)
 #define MULPD(OFF, A, B, C, D) FARITH(VMULPD, VCMPPD, VBLENDVPD, OFF, A, B, C, D)
-#define MINF32(OFF, A, B, C, D) FMIN(KEY32, VPCMPGTD, NAN32, OFF, A, B, C, D)
-#define MAXF32(OFF, A, B, C, D) FMAX(KEY32, VPCMPGTD, NAN32, OFF, A, B, C, D)
-#define MINF64(OFF, A, B, C, D) FMIN(KEY64, VPCMPGTQ, NAN64, OFF, A, B, C, D)
-#define MAXF64(OFF, A, B, C, D) FMAX(KEY64, VPCMPGTQ, NAN64, OFF, A, B, C, D)
+#define MINF32(OFF, A, B, C, D) FPICK(KEY32, VPCMPGTD, NAN32, D, C, OFF, A, B, C, D)
+#define MAXF32(OFF, A, B, C, D) FPICK(KEY32, VPCMPGTD, NAN32, C, D, OFF, A, B, C, D)
+#define MINF64(OFF, A, B, C, D) FPICK(KEY64, VPCMPGTQ, NAN64, D, C, OFF, A, B, C, D)
+#define MAXF64(OFF, A, B, C, D) FPICK(KEY64, VPCMPGTQ, NAN64, C, D, OFF, A, B, C, D)
 
 #define PADDB(OFF, A, B, C, D) LANE(VPADDB, OFF, A, B, C, D)
 #define PADDW(OFF, A, B, C, D) LANE(VPADDW, OFF, A, B, C, D)
