@@ -244,32 +244,21 @@ func (a *Arena) join(ctx context.Context) error {
 		_ = unlink(a.path) // every rank has it mapped: nothing can leak now
 	}
 	futexWake((*uint32)(a.ptr(hdrJoined)))
-	for {
-		n := joined.Load()
-		if n >= uint32(a.size) {
-			break
-		}
-		if ctx.Err() != nil {
-			missing := -1
-			var list []int
-			for r := 0; r < a.size; r++ {
-				if a.u32(a.ctl(r)+ctlState).Load() < stateActive {
-					list = append(list, r)
-					if missing < 0 {
-						missing = r
-					}
+	if !a.awaitCount(ctx, hdrJoined) {
+		missing := -1
+		var list []int
+		for r := 0; r < a.size; r++ {
+			if a.u32(a.ctl(r)+ctlState).Load() < stateActive {
+				list = append(list, r)
+				if missing < 0 {
+					missing = r
 				}
 			}
-			a.u32(c + ctlState).Store(stateClosed)
-			_ = unlink(a.path)
-			return &transport.PeerError{Op: "open", Peer: a.globalRank(missing),
-				Err: fmt.Errorf("%w: local rank(s) %v did not map %s", ctxErr(ctx), list, a.path)}
 		}
-		d := 5 * time.Millisecond
-		if dl, ok := ctx.Deadline(); ok {
-			d = min(d, time.Until(dl)+time.Microsecond)
-		}
-		futexWait((*uint32)(a.ptr(hdrJoined)), n, d)
+		a.u32(c + ctlState).Store(stateClosed)
+		_ = unlink(a.path)
+		return &transport.PeerError{Op: "open", Peer: a.globalRank(missing),
+			Err: fmt.Errorf("%w: local rank(s) %v did not map %s", ctxErr(ctx), list, a.path)}
 	}
 	a.procs = make([]proc, a.size)
 	me, myNS := os.Getpid(), pidNamespace()
@@ -287,6 +276,26 @@ func (a *Arena) join(ctx context.Context) error {
 		a.procs[r] = pr
 	}
 	return a.probeDirect(ctx)
+}
+
+// awaitCount waits until the multi-writer header counter at off reaches
+// the number of local ranks; it reports false if ctx ended first.
+func (a *Arena) awaitCount(ctx context.Context, off int) bool {
+	n := a.u32(off)
+	for {
+		v := n.Load()
+		if v >= uint32(a.size) {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		d := 5 * time.Millisecond
+		if dl, ok := ctx.Deadline(); ok {
+			d = min(d, time.Until(dl)+time.Microsecond)
+		}
+		futexWait((*uint32)(a.ptr(off)), v, d)
+	}
 }
 
 func (a *Arena) ctl(r int) int { return a.lay.ctl(r) }

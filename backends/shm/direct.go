@@ -79,23 +79,11 @@ func (a *Arena) probeDirect(ctx context.Context) error {
 		v = directYes
 	}
 	a.u32(a.ctl(a.rank) + ctlDirect).Store(v)
-	probed := a.u32(hdrProbed)
-	probed.Add(1)
+	a.u32(hdrProbed).Add(1)
 	futexWake((*uint32)(a.ptr(hdrProbed)))
-	for {
-		n := probed.Load()
-		if n >= uint32(a.size) {
-			break
-		}
-		if ctx.Err() != nil {
-			a.u32(a.ctl(a.rank) + ctlState).Store(stateClosed)
-			return fmt.Errorf("%w: waiting for the local ranks to probe each other", ctxErr(ctx))
-		}
-		d := 5 * time.Millisecond
-		if dl, ok := ctx.Deadline(); ok {
-			d = min(d, time.Until(dl)+time.Microsecond)
-		}
-		futexWait((*uint32)(a.ptr(hdrProbed)), n, d)
+	if !a.awaitCount(ctx, hdrProbed) {
+		a.u32(a.ctl(a.rank) + ctlState).Store(stateClosed)
+		return fmt.Errorf("%w: waiting for the local ranks to probe each other", ctxErr(ctx))
 	}
 	a.direct = true
 	for q := 0; q < a.size; q++ {
