@@ -11,6 +11,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// skipWithoutCMA skips a test that needs single copy where this process
+// may not read even its own memory with process_vm_readv (a seccomp filter).
+func skipWithoutCMA(t *testing.T) {
+	t.Helper()
+	var b [8]byte
+	if _, err := readProcess(os.Getpid(), uintptr(unsafe.Pointer(&probeWord)), b[:]); err != nil {
+		t.Skipf("process_vm_readv refused: %v", err)
+	}
+}
+
 // directConfig makes every collective of more than 2 KiB go by single copy.
 func directConfig(c *Config) {
 	c.ChunkSize = testChunk
@@ -46,10 +56,7 @@ func TestDirectProbe(t *testing.T) {
 		}
 	}
 	t.Run("readable", func(t *testing.T) {
-		var b [8]byte
-		if _, err := readProcess(os.Getpid(), uintptr(unsafe.Pointer(&probeWord)), b[:]); err != nil {
-			t.Skipf("this process cannot read its own memory with process_vm_readv: %v", err)
-		}
+		skipWithoutCMA(t)
 		arenas := openGroup(t, 3, directConfig)
 		for r, a := range arenas {
 			require.True(t, a.Direct(), "rank %d", r)
@@ -80,6 +87,7 @@ func TestDirectReadFails(t *testing.T) {
 	if sysProcessVMReadv == 0 {
 		t.Skip("no process_vm_readv on this platform")
 	}
+	skipWithoutCMA(t)
 	arenas := openGroup(t, 2, directConfig)
 	readMemory = func(int, uintptr, []byte) (int, error) { return 0, syscall.ESRCH }
 	t.Cleanup(func() { readMemory = readProcess })
