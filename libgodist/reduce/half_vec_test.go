@@ -143,6 +143,24 @@ func TestHalfVectorCombine(t *testing.T) {
 	}
 }
 
+// scaleStep is one Scale or Divide call of the vector-vs-loop tests.
+type scaleStep struct {
+	name string
+	f    func(dt DType, buf []byte) error
+}
+
+// scaleDivideSteps is Scale by every factor, then Divide by every n.
+func scaleDivideSteps(factors []float64, ns []int) []scaleStep {
+	var steps []scaleStep
+	for _, f := range factors {
+		steps = append(steps, scaleStep{fmt.Sprintf("Scale(%g)", f), func(dt DType, buf []byte) error { return Scale(dt, buf, f) }})
+	}
+	for _, n := range ns {
+		steps = append(steps, scaleStep{fmt.Sprintf("Divide(%d)", n), func(dt DType, buf []byte) error { return Divide(dt, buf, n) }})
+	}
+	return steps
+}
+
 // TestHalfVectorScaleDivide compares the vector and Go loops of Scale and
 // Divide for float16 and bfloat16 on every bit pattern, for factors that
 // send results over the whole float32 range (random bit patterns included),
@@ -161,17 +179,7 @@ func TestHalfVectorScaleDivide(t *testing.T) {
 	}
 	all = append(all, 0x3c00, 0x1234, 0xabcd) // 65539 elements: a tail of 3
 	in := putHalves(all)
-	type step struct {
-		name string
-		f    func(dt DType, buf []byte) error
-	}
-	var steps []step
-	for _, f := range factors {
-		steps = append(steps, step{fmt.Sprintf("Scale(%g)", f), func(dt DType, buf []byte) error { return Scale(dt, buf, f) }})
-	}
-	for _, n := range ns {
-		steps = append(steps, step{fmt.Sprintf("Divide(%d)", n), func(dt DType, buf []byte) error { return Divide(dt, buf, n) }})
-	}
+	steps := scaleDivideSteps(factors, ns)
 	for _, dt := range []DType{Float16, BFloat16} {
 		for _, s := range steps {
 			want := bytes.Clone(in)

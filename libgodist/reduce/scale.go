@@ -16,12 +16,12 @@ func Scale(dt DType, buf []byte, factor float64) error {
 	switch dt {
 	case Float32, Complex64:
 		f := float32(factor)
-		v := view[float32](buf[wideScale32(mulScalarF32AVX2, buf, f):])
+		v := view[float32](buf[wideScale(mulScalarF32AVX2, buf, f):])
 		for i := range v {
 			v[i] *= f
 		}
 	case Float64, Complex128:
-		v := view[float64](buf[wideScale64(mulScalarF64AVX2, buf, factor):])
+		v := view[float64](buf[wideScale(mulScalarF64AVX2, buf, factor):])
 		for i := range v {
 			v[i] *= factor
 		}
@@ -55,13 +55,13 @@ func Divide(dt DType, buf []byte, n int) error {
 	switch dt {
 	case Float32, Complex64:
 		f := float32(n)
-		v := view[float32](buf[wideScale32(divScalarF32AVX2, buf, f):])
+		v := view[float32](buf[wideScale(divScalarF32AVX2, buf, f):])
 		for i := range v {
 			v[i] /= f
 		}
 	case Float64, Complex128:
 		f := float64(n)
-		v := view[float64](buf[wideScale64(divScalarF64AVX2, buf, f):])
+		v := view[float64](buf[wideScale(divScalarF64AVX2, buf, f):])
 		for i := range v {
 			v[i] /= f
 		}

@@ -116,17 +116,8 @@ func wide(k wideKernel, d, a, b []byte) int {
 	return n
 }
 
-// wideScale32 and wideScale64 run an in-place scale kernel like wide.
-func wideScale32(k func(z *byte, n int, f float32), d []byte, f float32) int {
-	n := len(d) &^ 31
-	if !useAVX2 || n == 0 {
-		return 0
-	}
-	k(&d[0], n, f)
-	return n
-}
-
-func wideScale64(k func(z *byte, n int, f float64), d []byte, f float64) int {
+// wideScale runs an in-place scale kernel like wide.
+func wideScale[F float32 | float64](k func(z *byte, n int, f F), d []byte, f F) int {
 	n := len(d) &^ 31
 	if !useAVX2 || n == 0 {
 		return 0

@@ -21,6 +21,6 @@ var (
 	mulScalarF64AVX2, divScalarF64AVX2 func(z *byte, n int, f float64)
 )
 
-func wide(k wideKernel, d, a, b []byte) int                                  { return 0 }
-func wideScale32(k func(z *byte, n int, f float32), d []byte, f float32) int { return 0 }
-func wideScale64(k func(z *byte, n int, f float64), d []byte, f float64) int { return 0 }
+func wideScale[F float32 | float64](k func(z *byte, n int, f F), d []byte, f F) int { return 0 }
+
+func wide(k wideKernel, d, a, b []byte) int { return 0 }

@@ -2,7 +2,6 @@ package reduce
 
 import (
 	"bytes"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -81,17 +80,7 @@ func TestWideVectorScaleDivide(t *testing.T) {
 		factors = append(factors, float64(math.Float32frombits(r.Uint32())), math.Float64frombits(r.Uint64()))
 	}
 	ns := []int{2, 3, 7, 10, 127, 1000, 1 << 20, 1<<31 - 1, math.MaxInt}
-	type step struct {
-		name string
-		f    func(dt DType, buf []byte) error
-	}
-	var steps []step
-	for _, f := range factors {
-		steps = append(steps, step{fmt.Sprintf("Scale(%g)", f), func(dt DType, buf []byte) error { return Scale(dt, buf, f) }})
-	}
-	for _, n := range ns {
-		steps = append(steps, step{fmt.Sprintf("Divide(%d)", n), func(dt DType, buf []byte) error { return Divide(dt, buf, n) }})
-	}
+	steps := scaleDivideSteps(factors, ns)
 	for _, dt := range []DType{Float32, Float64, Complex64, Complex128} {
 		in, _ := widePairs(r, dt, 20011)
 		for _, s := range steps {
