@@ -108,8 +108,14 @@ func (l *Listener) Connect(ctx context.Context, eps []Endpoint) (*Transport, err
 				cancel()
 				return
 			}
+			p, err := newPeer(r, c)
+			if err != nil {
+				fail(&transport.PeerError{Op: "connect", Peer: r, Err: err})
+				cancel()
+				return
+			}
 			mu.Lock()
-			peers[r] = newPeer(r, c)
+			peers[r] = p
 			mu.Unlock()
 		}(r)
 	}
@@ -117,7 +123,7 @@ func (l *Listener) Connect(ctx context.Context, eps []Endpoint) (*Transport, err
 	if firstErr != nil {
 		for _, p := range peers {
 			if p != nil {
-				_ = p.conn.Close()
+				p.sk.release()
 			}
 		}
 		return nil, firstErr
@@ -142,8 +148,12 @@ func (l *Listener) acceptAll(ctx context.Context, n int, peers []*peer, mu *sync
 			_ = c.Close()
 			continue
 		}
+		p, err := newPeer(from, c)
+		if err != nil {
+			return &transport.PeerError{Op: "connect", Peer: from, Err: err}
+		}
 		mu.Lock()
-		peers[from] = newPeer(from, c)
+		peers[from] = p
 		mu.Unlock()
 		got++
 	}

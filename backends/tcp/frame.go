@@ -21,9 +21,9 @@ import (
 // followed by the payload. A goodbye frame has no payload; it tells the peer
 // that this side is shutting the group down on purpose.
 const (
-	headerSize   = 24
+	headerSize   = 64
 	frameMagic   = 0x47
-	frameVersion = 1
+	frameVersion = 2
 
 	kindData    = 1
 	kindGoodbye = 2
@@ -32,6 +32,16 @@ const (
 	// corrupt stream.
 	maxPayload = 1 << 46
 )
+
+// frameAlign: every frame takes a multiple of this many bytes on the
+// wire (the payload is followed by zero padding to it), so that a sender
+// whose writes are all multiples of it keeps its kernel copy buffers
+// aligned: over loopback the receiver's copy out of them runs at about
+// twice the speed when source and destination are aligned alike.
+const frameAlign = 64
+
+// padding is the number of zero bytes after an n-byte payload.
+func padding(n int) int { return -n & (frameAlign - 1) }
 
 type header struct {
 	kind byte
@@ -44,6 +54,7 @@ func putHeader(b *[headerSize]byte, h header) {
 	b[3], b[4], b[5], b[6], b[7] = 0, 0, 0, 0, 0
 	binary.LittleEndian.PutUint64(b[8:], uint64(h.tag))
 	binary.LittleEndian.PutUint64(b[16:], h.n)
+	clear(b[24:])
 }
 
 func parseHeader(b *[headerSize]byte) (header, error) {

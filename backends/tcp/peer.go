@@ -8,111 +8,131 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/godist/godist/libgodist/transport"
 )
 
 // peer is one connection to a remote rank. Writes are serialized by wmu
-// (a whole frame is written under it). Reads (reader.go) are done by the
-// peer's reader goroutine, or by a goroutine waiting for a message from
-// it (Transport.Help), whichever holds the reader's role.
+// (a whole frame is written under it). Reads (reader.go) are done by
+// whoever holds the reader's role: a goroutine waiting for a message from
+// this peer (Transport.Help), or, when no one waits, the peer's reader
+// goroutine.
 type peer struct {
 	rank int
-	conn *net.TCPConn
-	rc   syscall.RawConn
+	sk   *sock
 	rd   *reader
 
-	wmu      sync.Mutex
-	hdr      [headerSize]byte // guarded by wmu
-	deadline time.Time        // write deadline currently set, guarded by wmu
+	wmu sync.Mutex
+	hdr [headerSize]byte // guarded by wmu
 
 	goodbye    atomic.Bool // the peer said goodbye
 	readerDone chan struct{}
+
+	// Waiters reading this socket themselves keep the reader goroutine
+	// off it: see rest.
+	helpers atomic.Int32
+	helpEnd atomic.Int64  // clock() when the last one stopped
+	wake    chan struct{} // rest returns at once (kick)
 }
 
-func newPeer(rank int, conn *net.TCPConn) *peer {
-	rc, _ := conn.SyscallConn() // fails only for a nil connection
-	return &peer{rank: rank, conn: conn, rc: rc, rd: newReader(), readerDone: make(chan struct{})}
+func newPeer(rank int, c *net.TCPConn) (*peer, error) {
+	sk, err := newSock(c)
+	if err != nil {
+		return nil, err
+	}
+	return &peer{rank: rank, sk: sk, rd: newReader(), readerDone: make(chan struct{}), wake: make(chan struct{}, 1)}, nil
 }
 
-// send writes one frame. Called by any goroutine.
-func (p *peer) send(ctx context.Context, h header, data []byte) error {
+// send writes one frame. Called by any goroutine. A send that finds the
+// socket full wakes resting reader goroutines (full): bulk traffic may be
+// waiting on them in the other direction.
+func (p *peer) send(ctx context.Context, h header, data []byte, full func()) error {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	d, _ := ctx.Deadline()
-	if !d.Equal(p.deadline) {
-		if err := p.conn.SetWriteDeadline(d); err != nil {
-			return err
-		}
-		p.deadline = d
-	}
 	putHeader(&p.hdr, h)
-	if len(data) == 0 {
-		_, err := p.conn.Write(p.hdr[:])
-		return err
-	}
-	if len(data) <= 16<<10 {
-		// Small payloads: one copy into a buffer is cheaper than writev.
-		buf := make([]byte, headerSize+len(data))
-		copy(buf, p.hdr[:])
-		copy(buf[headerSize:], data)
-		_, err := p.conn.Write(buf)
-		return err
-	}
-	// Large payloads go out in writes of at most writeChunk bytes: one huge
-	// write holds the socket's lock while it copies, so the peer's
-	// acknowledgements queue in the backlog and the window opens late
-	// (64 MiB over loopback: 2.5 GB/s in one write, 3.5-4 GB/s in 512 KiB
-	// writes).
-	first := min(len(data), writeChunk)
-	bufs := net.Buffers{p.hdr[:], data[:first]}
-	if _, err := bufs.WriteTo(p.conn); err != nil {
-		return err
-	}
-	for rest := data[first:]; len(rest) > 0; {
-		k := min(len(rest), writeChunk)
-		if _, err := p.conn.Write(rest[:k]); err != nil {
-			return err
-		}
-		rest = rest[k:]
-	}
-	return nil
+	return p.sk.writeFrame(p.hdr[:], data, writeChunk, d, full)
 }
 
-// writeChunk is the largest single write of a payload.
+// writeChunk is the largest single write of a payload (64 MiB over
+// loopback: 2.5 GB/s in one write, 3.5-4 GB/s in 512 KiB writes).
 const writeChunk = 512 << 10
 
-// readLoop delivers frames until the connection ends, parking on the
-// poller while the socket is empty. It reports how it ended through
-// t.peerEnded.
+// linger is how long after a waiter last read the socket itself the
+// reader goroutine stays off it.
+const linger = time.Millisecond
+
+var epoch = time.Now()
+
+// clock is monotonic nanoseconds.
+func clock() int64 { return int64(time.Since(epoch)) }
+
+// kick makes a resting reader goroutine go back to the socket now.
+func (p *peer) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// rest keeps the reader goroutine off the socket while waiters read it
+// themselves, and for linger after the last one stopped: a reader asleep
+// on the socket is woken by every arrival, which the waiter consumes
+// anyway. Bytes that arrive while it rests wait in the socket; a waiter
+// that leaves with bytes unread, a send that finds the socket full, and
+// closing kick it.
+func (p *peer) rest(t *Transport) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for !t.closing.Load() {
+		d := linger
+		if p.helpers.Load() == 0 {
+			idle := time.Duration(clock() - p.helpEnd.Load())
+			if idle >= linger {
+				return
+			}
+			d = linger - idle
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-p.wake:
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// readLoop delivers frames while no one else reads the socket, sleeping
+// in poll(2) while it is empty, until the connection ends. It reports how
+// it ended through t.peerEnded.
 func (p *peer) readLoop(t *Transport) {
 	defer close(p.readerDone)
 	for {
-		var perr error
-		err := p.rc.Read(func(fd uintptr) bool {
-			// Woken with the role taken by a waiter: the bytes that woke us
-			// may have come after its last read. missed tells it to wake
-			// us again once it lets go (see help).
-			p.rd.missed.Store(true)
-			if !p.rd.role.TryLock() {
-				return false
-			}
-			p.rd.missed.Store(false)
-			_, perr = p.rd.pump(t, p, int(fd))
-			p.rd.role.Unlock()
-			return perr != nil
-		})
-		switch {
-		case perr != nil:
-			t.peerEnded(p, perr)
-			return
-		case err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !t.closing.Load():
-			// Kicked by a waiter (see help); the next Read pumps.
-			_ = p.conn.SetReadDeadline(time.Time{})
-		case err != nil:
+		p.rest(t)
+		if _, err := p.sk.waitReadable(time.Time{}); err != nil {
 			t.peerEnded(p, err)
+			return
+		}
+		// A waiter holding the role reads these bytes; it kicks us when
+		// it lets go (missed).
+		p.rd.missed.Store(true)
+		if !p.rd.role.TryLock() {
+			continue
+		}
+		p.rd.missed.Store(false)
+		_, perr := p.rd.pump(t, p)
+		p.rd.role.Unlock()
+		if perr != nil {
+			t.peerEnded(p, perr)
 			return
 		}
 	}
@@ -124,16 +144,41 @@ func (p *peer) help(t *Transport) bool {
 	if !p.rd.role.TryLock() {
 		return false
 	}
-	var got bool
-	var perr error
-	cerr := p.rc.Control(func(fd uintptr) { got, perr = p.rd.pump(t, p, int(fd)) })
+	got, perr := p.rd.pump(t, p)
 	p.rd.role.Unlock()
-	if perr != nil || cerr != nil || p.rd.missed.Load() {
-		// Wake the reader goroutine: it reports the end of the stream, or
-		// it was woken while we read and bytes may have come since.
-		_ = p.conn.SetReadDeadline(time.Now())
+	if perr != nil {
+		// The reader goroutine reports the end of the stream.
+		p.kick()
 	}
 	return got
+}
+
+// block reads the socket on the calling goroutine, sleeping in poll(2)
+// while it is empty, until done is closed or until passes. It takes the
+// reader's role for the whole time (waiting for another reader to finish),
+// so the kernel wakes this thread, and only it, when bytes come.
+func (p *peer) block(t *Transport, done <-chan struct{}, until time.Time) {
+	p.rd.role.Lock()
+	defer p.rd.role.Unlock()
+	for {
+		_, perr := p.rd.pump(t, p)
+		if perr != nil {
+			p.kick()
+			return
+		}
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if !time.Now().Before(until) {
+			return
+		}
+		if _, err := p.sk.waitReadable(until); err != nil {
+			p.kick()
+			return
+		}
+	}
 }
 
 func isClosedErr(err error) bool {
@@ -142,7 +187,7 @@ func isClosedErr(err error) bool {
 
 func describe(err error) error {
 	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
 		return fmt.Errorf("%w: %v", transport.ErrTimeout, err)
 	}
 	return fmt.Errorf("%w: %v", transport.ErrConnLost, err)

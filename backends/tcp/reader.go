@@ -1,27 +1,24 @@
 package tcp
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/godist/godist/libgodist/transport"
 )
 
 // reader is the read side of one connection. Its state (buffered bytes,
-// the frame being read) is owned by whoever holds role: the peer's reader
-// goroutine, or a goroutine waiting for a message (Transport.Help), which
-// then reads the socket itself instead of being woken by the reader
-// goroutine. Reads are non-blocking; pump always reads until the socket
-// has nothing more (EAGAIN), so a reader goroutine parked on the poller
-// is woken by the next bytes whoever consumed the earlier ones; bytes that
-// woke it while a waiter held the role are covered by missed.
+// the frame being read) is owned by whoever holds role: a goroutine
+// waiting for a message (Transport.Help), which reads the socket itself,
+// or the peer's reader goroutine when no one waits. Reads are
+// non-blocking; pump always reads until the socket has nothing more
+// (EAGAIN). Bytes that woke the reader goroutine while a waiter held the
+// role are covered by missed: the waiter kicks it when it lets go.
 type reader struct {
 	role   sync.Mutex
-	missed atomic.Bool // the reader goroutine found role taken (see peer.help)
+	missed atomic.Bool // the reader goroutine found role taken
 
 	buf  []byte // buffered bytes are buf[r:w]
 	r, w int
@@ -29,6 +26,7 @@ type reader struct {
 	inFrame bool               // a data frame's payload is being read
 	d       transport.Delivery // its delivery
 	got     int                // payload bytes read so far
+	skip    int                // padding bytes after the last payload still to drop
 	err     error              // sticky: the stream is unusable (EOF, corrupt, read error)
 }
 
@@ -46,18 +44,18 @@ var errEOF = fmt.Errorf("%w: connection closed by peer", io.EOF)
 
 func newReader() *reader { return &reader{buf: make([]byte, readBufSize)} }
 
-// pump reads what the socket fd has and delivers every frame it completes
+// pump reads what p's socket has and delivers every frame it completes
 // into t's mailbox, until the socket would block. It reports whether it
 // consumed anything; an error means the stream ended or broke (also kept
 // in rd.err). Called with role held.
-func (rd *reader) pump(t *Transport, p *peer, fd int) (bool, error) {
+func (rd *reader) pump(t *Transport, p *peer) (bool, error) {
 	if rd.err != nil {
 		return false, rd.err
 	}
 	progressed := false
 	for {
 		if rd.inFrame {
-			done, err := rd.payload(fd, &progressed)
+			done, err := rd.payload(p.sk, &progressed)
 			if err != nil {
 				return progressed, rd.fail(err)
 			}
@@ -66,7 +64,14 @@ func (rd *reader) pump(t *Transport, p *peer, fd int) (bool, error) {
 			}
 			continue
 		}
-		if rd.w-rd.r >= headerSize {
+		if rd.skip > 0 && rd.r < rd.w {
+			k := min(rd.skip, rd.w-rd.r)
+			rd.r += k
+			rd.skip -= k
+			progressed = true
+			continue
+		}
+		if rd.skip == 0 && rd.w-rd.r >= headerSize {
 			if err := rd.header(t, p); err != nil {
 				return true, rd.fail(err)
 			}
@@ -77,7 +82,7 @@ func (rd *reader) pump(t *Transport, p *peer, fd int) (bool, error) {
 			rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
 			rd.r = 0
 		}
-		n, err := readNB(fd, rd.buf[rd.w:])
+		n, err := p.sk.read(rd.buf[rd.w:])
 		if err != nil {
 			return progressed, rd.fail(err)
 		}
@@ -114,7 +119,7 @@ func (rd *reader) header(t *Transport, p *peer) error {
 // payload moves payload bytes into the delivery's buffer: buffered ones
 // first, then from the socket. It reports whether the payload is complete
 // (and delivered).
-func (rd *reader) payload(fd int, progressed *bool) (bool, error) {
+func (rd *reader) payload(sk *sock, progressed *bool) (bool, error) {
 	n := rd.d.Len()
 	for rd.got < n {
 		// A receive posted since the header arrived may have adopted the
@@ -134,10 +139,10 @@ func (rd *reader) payload(fd int, progressed *bool) (bool, error) {
 		var k int
 		var err error
 		if dst != nil && n-rd.got >= directMin {
-			k, err = readNB(fd, dst[rd.got:min(n, rd.got+readChunk)])
+			k, err = sk.read(dst[rd.got:min(n, rd.got+readChunk)])
 			rd.got += k
 		} else {
-			k, err = readNB(fd, rd.buf)
+			k, err = sk.read(rd.buf)
 			rd.w = k
 		}
 		if err != nil {
@@ -149,6 +154,7 @@ func (rd *reader) payload(fd int, progressed *bool) (bool, error) {
 		*progressed = true
 	}
 	rd.inFrame = false
+	rd.skip = padding(n)
 	rd.d.Finish()
 	return true, nil
 }
@@ -163,24 +169,4 @@ func (rd *reader) fail(err error) error {
 		}
 	}
 	return rd.err
-}
-
-// readNB is one non-blocking read: (0, nil) when the socket has nothing
-// now, errEOF when the peer closed its side.
-func readNB(fd int, b []byte) (int, error) {
-	for {
-		n, err := syscall.Read(fd, b)
-		switch {
-		case err == nil && n == 0 && len(b) > 0:
-			return 0, errEOF
-		case err == nil:
-			return n, nil
-		case errors.Is(err, syscall.EINTR):
-			continue
-		case errors.Is(err, syscall.EAGAIN):
-			return 0, nil
-		default:
-			return 0, err
-		}
-	}
 }

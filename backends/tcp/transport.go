@@ -52,7 +52,8 @@ func (t *Transport) Mailbox() *transport.Mailbox { return t.mb }
 // BreakPeer closes the connection to rank r, so that a read from it ends.
 func (t *Transport) BreakPeer(r int) {
 	if r >= 0 && r < t.size && t.peers[r] != nil {
-		_ = t.peers[r].conn.Close()
+		t.peers[r].sk.shut()
+		t.peers[r].kick()
 	}
 }
 
@@ -66,36 +67,59 @@ func (t *Transport) isDelegated(r int) bool {
 	return f != nil && (*f)(r)
 }
 
-// SetSpin sets how long a goroutine waiting for a message reads the
-// sockets itself (Help) before it sleeps until the reader goroutine
-// delivers. Zero (the default) never: right when ranks outnumber cores.
+// SetSpin sets how long a goroutine waiting for a message polls the
+// socket without sleeping (Help) before it sleeps on it. Zero (the
+// default) sleeps at once: right when ranks outnumber cores.
 func (t *Transport) SetSpin(d time.Duration) { t.spin.Store(int64(d)) }
 
-// Help reads the connection from src (every connection for
-// transport.AnySource) on the calling goroutine until done is closed, until
-// passes (it then returns true), or the spin time set by SetSpin is used up
-// (it then returns false and the caller blocks). A message that arrives
-// while a goroutine waits is so read by the thread that wants it: no
-// wake-up of the reader goroutine, no hand-off back.
+// Help reads the connection from src on the calling goroutine until done
+// is closed or until passes: first polling it for the spin time set by
+// SetSpin, then asleep in poll(2) on the socket, so that the kernel wakes
+// the thread that wants the message: no wake-up of the reader goroutine,
+// no hand-off back. It reports false if it cannot help: src is not a
+// peer, or src is transport.AnySource and the spin time (over every
+// connection) is used up; the caller then blocks until a reader
+// goroutine delivers.
 func (t *Transport) Help(src int, done <-chan struct{}, until time.Time) bool {
 	spin := time.Duration(t.spin.Load())
-	if spin <= 0 {
-		return false
-	}
 	var one [1]*peer
 	ps := t.peers
-	if src != transport.AnySource {
+	switch {
+	case src != transport.AnySource:
 		if src < 0 || src >= t.size || t.peers[src] == nil {
 			return false
 		}
 		one[0] = t.peers[src]
 		ps = one[:]
+	case spin <= 0:
+		return false
 	}
-	end := time.Now().Add(spin)
-	for {
+	for _, p := range ps {
+		if p != nil {
+			p.helpers.Add(1)
+		}
+	}
+	gaveUp := false
+	defer func() {
+		now := clock()
 		for _, p := range ps {
 			if p != nil {
-				p.help(t)
+				p.helpEnd.Store(now)
+				p.helpers.Add(-1)
+				if gaveUp || p.rd.missed.Load() {
+					p.kick()
+				}
+			}
+		}
+	}()
+	end := time.Now().Add(spin)
+	for {
+		got := false
+		if spin > 0 {
+			for _, p := range ps {
+				if p != nil && p.help(t) {
+					got = true
+				}
 			}
 		}
 		select {
@@ -107,7 +131,15 @@ func (t *Transport) Help(src int, done <-chan struct{}, until time.Time) bool {
 		if !now.Before(until) {
 			return true
 		}
-		if !now.Before(end) {
+		switch {
+		case got:
+			end = now.Add(spin)
+		case now.Before(end):
+		case len(ps) == 1:
+			ps[0].block(t, done, until)
+			return true
+		default:
+			gaveUp = true
 			return false
 		}
 	}
@@ -140,7 +172,7 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, data 
 	if err := t.mb.PeerErr(peer); err != nil {
 		return &transport.PeerError{Op: "send", Peer: peer, Err: err}
 	}
-	if err := p.send(ctx, header{kind: kindData, tag: tag, n: uint64(len(data))}, data); err != nil {
+	if err := p.send(ctx, header{kind: kindData, tag: tag, n: uint64(len(data))}, data, t.kickAll); err != nil {
 		// A partial frame may have been written: the stream is unusable.
 		perr := &transport.PeerError{Op: "send", Peer: peer, Err: describe(err)}
 		t.Abort(perr)
@@ -176,14 +208,15 @@ func (t *Transport) peerEnded(p *peer, err error) {
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		t.closing.Store(true)
+		t.kickAll()
 		ctx, cancel := context.WithTimeout(context.Background(), goodbyeWait)
 		defer cancel()
 		for _, p := range t.peers {
 			if p == nil {
 				continue
 			}
-			if p.send(ctx, header{kind: kindGoodbye}, nil) == nil {
-				_ = p.conn.CloseWrite()
+			if p.send(ctx, header{kind: kindGoodbye}, nil, nil) == nil {
+				p.sk.closeWrite()
 			}
 		}
 		timer := time.NewTimer(goodbyeWait)
@@ -209,19 +242,31 @@ func (t *Transport) Abort(err error) {
 	t.mb.Fail(err)
 	t.closeOnce.Do(func() {
 		t.closing.Store(true)
+		t.kickAll()
 		t.shut(err)
 	})
+}
+
+// kickAll sends every resting reader goroutine back to the poller.
+func (t *Transport) kickAll() {
+	for _, p := range t.peers {
+		if p != nil {
+			p.kick()
+		}
+	}
 }
 
 func (t *Transport) shut(err error) {
 	for _, p := range t.peers {
 		if p != nil {
-			_ = p.conn.Close()
+			p.sk.shut()
+			p.kick()
 		}
 	}
 	for _, p := range t.peers {
 		if p != nil {
 			<-p.readerDone
+			p.sk.release()
 		}
 	}
 	t.mb.Fail(err)

@@ -1,0 +1,278 @@
+package tcp
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// sock is a connected TCP socket taken out of Go's network poller: a
+// non-blocking descriptor that goroutines read and write with plain
+// system calls and wait on with poll(2) in their own thread.
+//
+// Go's poller wakes one of its threads for every arrival on every socket
+// it watches, even when the goroutine that wants the bytes is already
+// reading the socket itself, and then hands the message over to the
+// waiting thread: two or three context switches per message, which on a
+// machine whose cores are all busy with ranks cost more than the message.
+// Here the thread that waits for a message sleeps on the socket and is
+// the one the kernel wakes.
+//
+// Close is split in two: shut (shutdown(2)) wakes every thread blocked on
+// the socket and makes later calls fail; release closes the descriptor
+// once no call can be using it.
+type sock struct {
+	fd     int
+	mu     sync.RWMutex // held shared by calls, exclusively by release
+	broken atomic.Bool  // shut locally: calls fail with net.ErrClosed
+	freed  bool         // guarded by mu
+}
+
+// newSock takes c's descriptor out of the poller (a close-on-exec
+// duplicate; c is closed).
+func newSock(c *net.TCPConn) (*sock, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd := -1
+	var derr error
+	if err := rc.Control(func(f uintptr) {
+		fd, derr = dupCloexec(int(f))
+	}); err != nil {
+		return nil, err
+	}
+	_ = c.Close()
+	if derr != nil {
+		return nil, fmt.Errorf("tcp: duplicating a socket: %w", derr)
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		_ = syscall.Close(fd)
+		return nil, fmt.Errorf("tcp: socket: %w", err)
+	}
+	return &sock{fd: fd}, nil
+}
+
+func dupCloexec(fd int) (int, error) {
+	for {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return -1, e
+		}
+		return int(r), nil
+	}
+}
+
+// acquire takes a shared hold on the descriptor; false if it is shut.
+func (s *sock) acquire() bool {
+	s.mu.RLock()
+	if s.freed || s.broken.Load() {
+		s.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// read is one non-blocking read: (0, nil) when the socket has nothing now,
+// errEOF when the peer closed its side. It is a raw system call: it never
+// blocks, and a raw call does not wake the Go runtime's monitor thread,
+// which an ordinary one does after the process was idle (a spinning
+// waiter reads many times per message).
+func (s *sock) read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if !s.acquire() {
+		return 0, net.ErrClosed
+	}
+	defer s.mu.RUnlock()
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(s.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		switch {
+		case e == 0 && r == 0:
+			if s.broken.Load() {
+				return 0, net.ErrClosed
+			}
+			return 0, errEOF
+		case e == 0:
+			ioAcquire()
+			return int(r), nil
+		case e == syscall.EINTR:
+			continue
+		case e == syscall.EAGAIN:
+			return 0, nil
+		default:
+			return 0, s.opErr("read", e)
+		}
+	}
+}
+
+// write writes all of b, waiting in poll(2) while the socket is full,
+// until deadline (zero: none). A partial write is reported with its
+// error.
+func (s *sock) write(b []byte, deadline time.Time, full func()) error {
+	if !s.acquire() {
+		return net.ErrClosed
+	}
+	defer s.mu.RUnlock()
+	ioRelease()
+	for len(b) > 0 {
+		// send(2) with MSG_NOSIGNAL: a peer that hung up is an error, not
+		// a SIGPIPE.
+		r, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(s.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), syscall.MSG_NOSIGNAL, 0, 0)
+		switch e {
+		case 0:
+			b = b[r:]
+			continue
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+		default:
+			return s.opErr("write", e)
+		}
+		if full != nil {
+			full()
+		}
+		if err := s.pollLocked(pollOut, deadline); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFrame writes the header and then the payload in pieces of at most
+// chunk bytes. One huge write holds the socket's lock while it copies, so
+// the peer's acknowledgements queue in the backlog and the window opens
+// late.
+func (s *sock) writeFrame(hdr, data []byte, chunk int, deadline time.Time, full func()) error {
+	pad := padding(len(data))
+	if len(data) <= smallFrame {
+		// Small payloads: one copy into a buffer is cheaper than two
+		// system calls.
+		buf := make([]byte, len(hdr)+len(data)+pad)
+		copy(buf, hdr)
+		copy(buf[len(hdr):], data)
+		return s.write(buf, deadline, full)
+	}
+	if err := s.write(hdr, deadline, full); err != nil {
+		return err
+	}
+	for len(data) > 0 {
+		k := min(len(data), chunk)
+		if err := s.write(data[:k], deadline, full); err != nil {
+			return err
+		}
+		data = data[k:]
+	}
+	if pad > 0 {
+		var zeros [frameAlign]byte
+		return s.write(zeros[:pad], deadline, full)
+	}
+	return nil
+}
+
+// smallFrame is the largest payload copied into one buffer with its header.
+const smallFrame = 16 << 10
+
+const (
+	pollIn  = 0x1 // POLLIN
+	pollOut = 0x4 // POLLOUT
+)
+
+// waitReadable sleeps in poll(2) until the socket has bytes (or hangs up
+// or fails) or until deadline (zero: none). It reports false on timeout.
+func (s *sock) waitReadable(deadline time.Time) (bool, error) {
+	if !s.acquire() {
+		return false, net.ErrClosed
+	}
+	defer s.mu.RUnlock()
+	err := s.pollLocked(pollIn, deadline)
+	if err == os.ErrDeadlineExceeded {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+type pollFd struct {
+	fd      int32
+	events  int16
+	revents int16
+}
+
+// pollLocked waits for events on the socket; os.ErrDeadlineExceeded when
+// deadline passes first. Called with a shared hold.
+func (s *sock) pollLocked(events int16, deadline time.Time) error {
+	for {
+		var tsp *syscall.Timespec
+		if !deadline.IsZero() {
+			d := time.Until(deadline)
+			if d <= 0 {
+				return os.ErrDeadlineExceeded
+			}
+			ts := syscall.NsecToTimespec(int64(d))
+			tsp = &ts
+		}
+		pfd := pollFd{fd: int32(s.fd), events: events}
+		_, _, e := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(tsp)), 0, 0, 0)
+		switch {
+		case e == syscall.EINTR:
+			continue
+		case e != 0:
+			return s.opErr("poll", e)
+		case s.broken.Load():
+			return net.ErrClosed
+		case pfd.revents == 0:
+			continue // timed out: the loop checks the deadline
+		}
+		return nil
+	}
+}
+
+func (s *sock) opErr(op string, e syscall.Errno) error {
+	if s.broken.Load() {
+		return net.ErrClosed
+	}
+	return os.NewSyscallError(op, e)
+}
+
+// closeWrite sends FIN after the last frame.
+func (s *sock) closeWrite() {
+	if s.acquire() {
+		_ = syscall.Shutdown(s.fd, syscall.SHUT_WR)
+		s.mu.RUnlock()
+	}
+}
+
+// shut breaks the connection: threads blocked on it wake and every later
+// call fails with net.ErrClosed. Idempotent; the descriptor stays open
+// until release.
+func (s *sock) shut() {
+	if s.broken.Swap(true) {
+		return
+	}
+	s.mu.RLock()
+	if !s.freed {
+		_ = syscall.Shutdown(s.fd, syscall.SHUT_RDWR)
+	}
+	s.mu.RUnlock()
+}
+
+// release shuts the socket and closes its descriptor once no call holds
+// it. Idempotent.
+func (s *sock) release() {
+	s.shut()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.freed {
+		s.freed = true
+		_ = syscall.Close(s.fd)
+	}
+}
