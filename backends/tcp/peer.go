@@ -33,7 +33,8 @@ type peer struct {
 	// off it: see rest.
 	helpers atomic.Int32
 	helpEnd atomic.Int64  // clock() when the last one stopped
-	wake    chan struct{} // rest returns at once (kick)
+	kicked  atomic.Bool   // rest returns at once (kick)
+	wake    chan struct{} // wakes a resting reader goroutine to look at kicked
 }
 
 func newPeer(rank int, c *net.TCPConn) (*peer, error) {
@@ -45,8 +46,8 @@ func newPeer(rank int, c *net.TCPConn) (*peer, error) {
 }
 
 // send writes one frame. Called by any goroutine. A send that finds the
-// socket full wakes resting reader goroutines (full): bulk traffic may be
-// waiting on them in the other direction.
+// socket full calls full (Transport.wakeIdle): bulk traffic may be waiting
+// on resting reader goroutines in the other direction.
 func (p *peer) send(ctx context.Context, h header, data []byte, full func()) error {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
@@ -68,8 +69,10 @@ var epoch = time.Now()
 // clock is monotonic nanoseconds.
 func clock() int64 { return int64(time.Since(epoch)) }
 
-// kick makes a resting reader goroutine go back to the socket now.
+// kick makes a resting reader goroutine go back to the socket now (or
+// the next time it would rest).
 func (p *peer) kick() {
+	p.kicked.Store(true)
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -90,6 +93,9 @@ func (p *peer) rest(t *Transport) {
 		}
 	}()
 	for !t.closing.Load() {
+		if p.kicked.Swap(false) {
+			return
+		}
 		d := linger
 		if p.helpers.Load() == 0 {
 			idle := time.Duration(clock() - p.helpEnd.Load())
@@ -104,8 +110,7 @@ func (p *peer) rest(t *Transport) {
 			timer.Reset(d)
 		}
 		select {
-		case <-p.wake:
-			return
+		case <-p.wake: // kicked (or a stale token: the loop checks)
 		case <-timer.C:
 		}
 	}

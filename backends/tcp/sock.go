@@ -51,6 +51,12 @@ func newSock(c *net.TCPConn) (*sock, error) {
 	if derr != nil {
 		return nil, fmt.Errorf("tcp: duplicating a socket: %w", derr)
 	}
+	return sockFromFD(fd)
+}
+
+// sockFromFD makes a sock of a connected stream socket descriptor, which
+// it then owns.
+func sockFromFD(fd int) (*sock, error) {
 	if err := syscall.SetNonblock(fd, true); err != nil {
 		_ = syscall.Close(fd)
 		return nil, fmt.Errorf("tcp: socket: %w", err)

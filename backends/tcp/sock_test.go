@@ -1,0 +1,194 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// sockPair is two connected socks (a Unix stream socket pair).
+func sockPair(t *testing.T) (*sock, *sock) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	a, err := sockFromFD(fds[0])
+	require.NoError(t, err)
+	b, err := sockFromFD(fds[1])
+	require.NoError(t, err)
+	t.Cleanup(func() { a.release(); b.release() })
+	return a, b
+}
+
+// readN reads exactly n bytes from s, sleeping in poll while it is empty.
+func readN(t *testing.T, s *sock, n int) []byte {
+	t.Helper()
+	out := make([]byte, n)
+	deadline := time.Now().Add(10 * time.Second)
+	for got := 0; got < n; {
+		k, err := s.read(out[got:])
+		require.NoError(t, err)
+		got += k
+		if k == 0 {
+			ok, err := s.waitReadable(deadline)
+			require.NoError(t, err)
+			require.True(t, ok, "timed out with %d of %d bytes", got, n)
+		}
+	}
+	return out
+}
+
+// TestFramesPaddedTo64: every frame takes a multiple of 64 bytes on the
+// wire: the header, the payload, then zeros (docs/wire.md), through both
+// the one-buffer path for small payloads and the chunked path.
+func TestFramesPaddedTo64(t *testing.T) {
+	for _, n := range []int{0, 1, 24, 63, 64, 65, smallFrame - 1, smallFrame + 1, 3*writeChunk + 7} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			a, b := sockPair(t)
+			var hdr [headerSize]byte
+			putHeader(&hdr, header{kind: kindData, tag: 7, n: uint64(n)})
+			payload := make([]byte, n)
+			for i := range payload {
+				payload[i] = byte(i*7 + 1)
+			}
+			errc := make(chan error, 1)
+			go func() { errc <- a.writeFrame(hdr[:], payload, writeChunk, time.Now().Add(10*time.Second), nil) }()
+			wire := n + padding(n)
+			require.Zero(t, wire%frameAlign)
+			got := readN(t, b, headerSize+wire)
+			require.NoError(t, <-errc)
+			var hb [headerSize]byte
+			copy(hb[:], got)
+			h, err := parseHeader(&hb)
+			require.NoError(t, err)
+			require.Equal(t, uint64(n), h.n)
+			require.True(t, bytes.Equal(payload, got[headerSize:headerSize+n]), "payload differs")
+			require.Equal(t, make([]byte, wire-n), got[headerSize+n:], "padding is not zero")
+			k, err := b.read(make([]byte, 1))
+			require.NoError(t, err)
+			require.Zero(t, k, "bytes after the padding")
+		})
+	}
+}
+
+// TestMixedSizesInOrder: frames of every padding length and of both write
+// paths, back to back, reach their receives intact, whether the receives
+// wait (read straight in) or come late (stored, then copied), with
+// waiters that spin and waiters that sleep at once.
+func TestMixedSizesInOrder(t *testing.T) {
+	sizes := []int{0, 1, 5, 63, 64, 65, 100, smallFrame - 1, smallFrame + 1, 256<<10 + 3, 1<<20 + 64, 2<<20 + 1}
+	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
+		for _, late := range []bool{false, true} {
+			t.Run(fmt.Sprintf("spin=%v/late=%v", spin, late), func(t *testing.T) {
+				trs := connectLoopback(t, 2)
+				for _, tr := range trs {
+					tr.SetSpin(spin)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				bufs := make([][]byte, len(sizes))
+				rs := make([]*transport.Recv, len(sizes))
+				if !late {
+					for i, n := range sizes {
+						bufs[i] = make([]byte, n)
+						rs[i] = trs[1].PostRecv(0, transport.P2PTag(int64(i)), bufs[i])
+					}
+				}
+				for i, n := range sizes {
+					msg := make([]byte, n)
+					for j := range msg {
+						msg[j] = byte(i + j*3)
+					}
+					require.NoError(t, trs[0].Send(ctx, 1, transport.P2PTag(int64(i)), msg))
+				}
+				if late {
+					time.Sleep(50 * time.Millisecond)
+					for i := len(sizes) - 1; i >= 0; i-- {
+						bufs[i] = make([]byte, sizes[i])
+						rs[i] = trs[1].PostRecv(0, transport.P2PTag(int64(i)), bufs[i])
+					}
+				}
+				for i, n := range sizes {
+					require.NoError(t, rs[i].Wait(ctx), "size %d", n)
+					for j := range bufs[i] {
+						if bufs[i][j] != byte(i+j*3) {
+							t.Fatalf("size %d: byte %d is %d, want %d", n, j, bufs[i][j], byte(i+j*3))
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestSleepingWaiterWakesOnBreak: a waiter asleep in poll(2) on its socket
+// (no spin) wakes with an error when the connection is broken locally,
+// and one asleep when the peer goes away wakes too.
+func TestSleepingWaiterWakesOnBreak(t *testing.T) {
+	for _, how := range []string{"break", "peer-abort"} {
+		t.Run(how, func(t *testing.T) {
+			trs := connectLoopback(t, 2)
+			trs[1].SetSpin(0)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r := trs[1].PostRecv(0, transport.P2PTag(1), make([]byte, 8))
+			errc := make(chan error, 1)
+			go func() { errc <- r.Wait(ctx) }()
+			time.Sleep(50 * time.Millisecond)
+			start := time.Now()
+			if how == "break" {
+				trs[1].BreakPeer(0)
+			} else {
+				trs[0].Abort(transport.ErrClosed)
+			}
+			select {
+			case err := <-errc:
+				require.ErrorIs(t, err, transport.ErrConnLost)
+				require.Less(t, time.Since(start), 2*time.Second)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the sleeping waiter did not wake")
+			}
+		})
+	}
+}
+
+// TestSockAfterRelease: calls on a released sock fail with net.ErrClosed,
+// and release and shut are idempotent.
+func TestSockAfterRelease(t *testing.T) {
+	a, b := sockPair(t)
+	a.shut()
+	a.shut()
+	_, err := a.read(make([]byte, 4))
+	require.ErrorIs(t, err, net.ErrClosed)
+	require.ErrorIs(t, a.write([]byte{1}, time.Time{}, nil), net.ErrClosed)
+	a.release()
+	a.release()
+	_, err = a.waitReadable(time.Time{})
+	require.ErrorIs(t, err, net.ErrClosed)
+	// The other side sees the end of the stream.
+	ok, err := b.waitReadable(time.Now().Add(5 * time.Second))
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, err = b.read(make([]byte, 4))
+	require.ErrorIs(t, err, io.EOF)
+}
+
+// TestWriteDeadline: a write into a full socket that no one reads ends
+// with a deadline error at its deadline.
+func TestWriteDeadline(t *testing.T) {
+	a, _ := sockPair(t)
+	start := time.Now()
+	err := a.write(make([]byte, 64<<20), time.Now().Add(200*time.Millisecond), nil)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.ErrorIs(t, describe(err), transport.ErrTimeout)
+}
