@@ -58,6 +58,7 @@ type Arena struct {
 	sameProc int
 
 	p2p p2pState
+	spr spreadState
 }
 
 // proc is what a rank knows about a peer's process.
@@ -122,6 +123,7 @@ func Open(ctx context.Context, cfg Config) (*Arena, error) {
 		return nil, err
 	}
 	a.p2p.init(a.size)
+	a.spr.on = a.pol.Spread && a.sameProc <= 1
 	return a, nil
 }
 

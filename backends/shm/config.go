@@ -221,15 +221,20 @@ type WaitPolicy struct {
 	// Idle is the longest futex sleep of the point-to-point receiver when
 	// no message is in flight.
 	Idle time.Duration
+	// Spread moves a waiting rank off a CPU it shares with another local
+	// rank when there are CPUs enough for all (spread.go).
+	Spread bool
 }
 
 // DefaultWaitPolicy is the policy for size local ranks: spin briefly only
-// when size <= runtime.NumCPU(), then yield-poll, then sleep.
+// when size <= runtime.NumCPU(), then yield-poll, then sleep; keep the
+// ranks on different CPUs when they fit.
 func DefaultWaitPolicy(size int) WaitPolicy {
 	p := WaitPolicy{Yield: 200 * time.Microsecond, Sleep: 5 * time.Millisecond,
 		Liveness: 5 * time.Millisecond, Idle: 50 * time.Millisecond}
 	if size <= runtime.NumCPU() {
 		p.Spin = 5 * time.Microsecond
+		p.Spread = size > 1
 	}
 	return p
 }

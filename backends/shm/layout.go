@@ -43,8 +43,11 @@ const (
 	// (u32) is this rank's verdict on all its peers (direct.go).
 	ctlProbe  = 32
 	ctlDirect = 40
-	ctlD      = 64  // u64 D: last step whose data this rank has consumed
-	ctlR      = 128 // u64 R: last step whose reduced share this rank has published
+	// ctlCPU (u32) is the CPU this rank's waiting thread last ran on, +1
+	// (0: unknown): see spread.go.
+	ctlCPU = 48
+	ctlD   = 64  // u64 D: last step whose data this rank has consumed
+	ctlR   = 128 // u64 R: last step whose reduced share this rank has published
 	// ctlSleep holds the sleeper counts for this rank's words (written by
 	// the waiters, read by the owner after each publish): u32 each.
 	ctlSleep = 192

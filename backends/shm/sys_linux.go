@@ -38,6 +38,33 @@ func futexWake(addr *uint32) {
 	syscall.RawSyscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, math.MaxInt32, 0, 0, 0)
 }
 
+// sysGetcpu is getcpu(2)'s number on this architecture (0: unknown).
+var sysGetcpu = map[string]uintptr{"amd64": 309, "arm64": 168, "riscv64": 168, "loong64": 168,
+	"ppc64le": 302, "s390x": 311, "386": 318}[runtime.GOARCH]
+
+// currentCPU is the CPU the calling thread runs on.
+func currentCPU() (int, bool) {
+	if sysGetcpu == 0 {
+		return 0, false
+	}
+	var cpu uint32
+	_, _, e := syscall.RawSyscall(sysGetcpu, uintptr(unsafe.Pointer(&cpu)), 0, 0)
+	return int(cpu), e == 0
+}
+
+// getAffinity reads the calling thread's CPU affinity.
+func getAffinity(m *cpuMask) bool {
+	_, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(*m), uintptr(unsafe.Pointer(m)))
+	return e == 0
+}
+
+// setAffinity sets the calling thread's CPU affinity; the kernel moves the
+// thread at once if it runs on a CPU outside m.
+func setAffinity(m *cpuMask) bool {
+	_, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(*m), uintptr(unsafe.Pointer(m)))
+	return e == 0
+}
+
 // schedYield gives the CPU to another runnable thread, if any.
 func schedYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 

@@ -26,3 +26,6 @@ func fileSize(fd int) (int64, error)                           { return 0, ErrUn
 func mapFD(fd, n int) ([]byte, error)                          { return nil, ErrUnsupported }
 func unmap(mem []byte) error                                   { return nil }
 func unlink(path string) error                                 { return nil }
+func currentCPU() (int, bool)                                  { return 0, false }
+func getAffinity(m *cpuMask) bool                              { return false }
+func setAffinity(m *cpuMask) bool                              { return false }

@@ -94,6 +94,7 @@ func (a *Arena) waitLoop(ready func() bool, word *uint32, sleepers *atomic.Uint3
 func (a *Arena) waitLoopWith(pol *WaitPolicy, ready func() bool, word *uint32, sleepers *atomic.Uint32, deadline time.Time,
 	check func(now time.Time, live bool) error) error {
 	start := time.Now()
+	a.spread(start)
 	if pol.Spin > 0 {
 		for i := 1; ; i++ {
 			if ready() {
