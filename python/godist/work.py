@@ -14,6 +14,7 @@ already completed Work.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import datetime
 import threading
@@ -213,6 +214,7 @@ class _Completer:
         self._early = {}
         self._claimed = set()  # handles settled by a waiting caller instead
         self._thread = None
+        self._stopping = False
 
     def hold(self, group: _Group):
         """Keep an async op's handles (and through them its buffers) until
@@ -249,7 +251,7 @@ class _Completer:
                     ready.append(h)
                 else:
                     self._pending[h] = _Pending(group, h)
-            if self._thread is None or not self._thread.is_alive():
+            if not self._stopping and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._loop, name="godist-completion", daemon=True)
                 self._thread.start()
         for h in ready:
@@ -296,7 +298,7 @@ class _Completer:
         cap = 64
         out = (ctypes.c_uint64 * cap)()
         n = ctypes.c_int32()
-        while True:
+        while not self._stopping:
             try:
                 lib.wait_any(_WAIT_SLICE_MS, out, cap, ctypes.byref(n))
             except _errors.GodistForkError:
@@ -314,7 +316,22 @@ class _Completer:
                 self._settle(lib, p.group, h)
 
 
+    def stop(self, timeout: float = 2.0):
+        """Stop the completion thread (at interpreter exit, after the groups
+        closed). A daemon thread still running Python when the interpreter
+        finalizes is ended with pthread_exit, which aborts the process when it
+        unwinds through torch's C++ frames (a torch future being completed or
+        freed): "terminate called without an active exception"."""
+        with self._lock:
+            self._stopping = True
+            t = self._thread
+        if t is not None and t.is_alive() and t is not threading.current_thread():
+            t.join(timeout)
+
+
 completer = _Completer()
+# Registered before godist.close_all (imported later), so it runs after it.
+atexit.register(completer.stop)
 
 
 def submit(op: str, outputs, calls, finalize=None, keep=None, async_op=True) -> GodistWork:

@@ -168,3 +168,39 @@ def test_runtime_keeps_spare_procs():
     env["GOMAXPROCS"] = "3"
     got = int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
     assert got == 3
+
+
+_EXIT_SCRIPT = r"""
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+import godist
+
+def run(rank, world, path):
+    dist.init_process_group("godist", init_method="file://" + path, rank=rank, world_size=world)
+    t = torch.ones(2)
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    opts = dist.AllreduceOptions()
+    for _ in range(21000):  # never waited for: past 4096 held, the completion thread settles them
+        be.allreduce([t], opts)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(run, args=(2, sys.argv[1]), nprocs=2)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_exit_with_completion_thread_busy(tmp_path):
+    """A process that exits while the completion thread still settles
+    works exits cleanly: the thread is stopped before the interpreter
+    finalizes (a daemon thread ended there unwinds through torch's C++ and
+    aborts: "terminate called without an active exception"). Before the
+    fix about half of these runs aborted."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "exit_busy.py"
+    script.write_text(_EXIT_SCRIPT)
+    for i in range(3):
+        p = subprocess.run([sys.executable, str(script), str(tmp_path / f"init{i}")], capture_output=True, text=True,
+                           timeout=200)
+        assert p.returncode == 0 and "terminate called" not in p.stderr, p.stderr[-3000:]
