@@ -131,7 +131,12 @@ func (p *peer) readLoop(t *Transport) {
 		// it lets go (missed).
 		p.rd.missed.Store(true)
 		if !p.rd.role.TryLock() {
-			continue
+			if !t.closing.Load() {
+				continue // rest until the waiter lets go
+			}
+			// Closing: rest returns at once, so wait for the waiter here
+			// rather than spin on the readable socket.
+			p.rd.role.Lock()
 		}
 		p.rd.missed.Store(false)
 		_, perr := p.rd.pump(t, p)
