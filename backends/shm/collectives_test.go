@@ -172,28 +172,11 @@ func TestReduceScatter(t *testing.T) {
 
 func TestAllToAll(t *testing.T) {
 	eachGroup(t, func(t *testing.T, arenas []*Arena) {
-		P := len(arenas)
 		ctx := testCtx(t, 30*time.Second)
 		for _, unit := range []int{0, 1, 13, testChunk / 8, testChunk + 1} {
 			// Block r->q has a size that depends on both ends (some empty).
 			size := func(r, q int) int { return unit * ((r*3 + q*5) % 4) }
-			ins := make([][][]byte, P)
-			outs := make([][][]byte, P)
-			for r := range ins {
-				ins[r] = make([][]byte, P)
-				outs[r] = make([][]byte, P)
-				for q := range ins[r] {
-					ins[r][q] = randBytes(size(r, q), uint64(r*100+q))
-					outs[r][q] = make([]byte, size(q, r))
-				}
-			}
-			requireAllOK(t, onAll(arenas, func(r int, a *Arena) error { return a.AllToAll(ctx, ins[r], outs[r]) }),
-				fmt.Sprintf("unit=%d", unit))
-			for r := range outs {
-				for q := range outs[r] {
-					require.True(t, bytes.Equal(ins[q][r], outs[r][q]), "unit=%d rank %d block from %d", unit, r, q)
-				}
-			}
+			checkAllToAll(t, ctx, arenas, size, fmt.Sprintf("unit=%d", unit))
 		}
 	})
 }

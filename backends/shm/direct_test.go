@@ -36,24 +36,7 @@ func TestDirectProbe(t *testing.T) {
 		t.Skip("no process_vm_readv on this platform")
 	}
 	run := func(t *testing.T, arenas []*Arena) {
-		ctx := testCtx(t, 20*time.Second)
-		P := len(arenas)
-		ins := make([][][]byte, P)
-		outs := make([][][]byte, P)
-		for r := range ins {
-			ins[r] = make([][]byte, P)
-			outs[r] = make([][]byte, P)
-			for q := range ins[r] {
-				ins[r][q] = randBytes(3000+100*q, uint64(r*10+q))
-				outs[r][q] = make([]byte, 3000+100*r)
-			}
-		}
-		requireAllOK(t, onAll(arenas, func(r int, a *Arena) error { return a.AllToAll(ctx, ins[r], outs[r]) }), "alltoall")
-		for r := range outs {
-			for q := range outs[r] {
-				require.Equal(t, ins[q][r], outs[r][q], "rank %d block from %d", r, q)
-			}
-		}
+		checkAllToAll(t, testCtx(t, 20*time.Second), arenas, func(r, q int) int { return 3000 + 100*q }, "alltoall")
 	}
 	t.Run("readable", func(t *testing.T) {
 		skipWithoutCMA(t)

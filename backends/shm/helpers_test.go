@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -178,4 +179,27 @@ func randBytes(n int, seed uint64) []byte {
 		b[i] = byte(rng.Uint32())
 	}
 	return b
+}
+
+// checkAllToAll runs AllToAll on every rank, block r->q holding size(r, q)
+// random bytes, and requires every rank to receive every block intact.
+func checkAllToAll(t testing.TB, ctx context.Context, arenas []*Arena, size func(r, q int) int, what string) {
+	t.Helper()
+	P := len(arenas)
+	ins := make([][][]byte, P)
+	outs := make([][][]byte, P)
+	for r := range ins {
+		ins[r] = make([][]byte, P)
+		outs[r] = make([][]byte, P)
+		for q := range ins[r] {
+			ins[r][q] = randBytes(size(r, q), uint64(r*100+q))
+			outs[r][q] = make([]byte, size(q, r))
+		}
+	}
+	requireAllOK(t, onAll(arenas, func(r int, a *Arena) error { return a.AllToAll(ctx, ins[r], outs[r]) }), what)
+	for r := range outs {
+		for q := range outs[r] {
+			require.True(t, bytes.Equal(ins[q][r], outs[r][q]), "%s: rank %d block from %d", what, r, q)
+		}
+	}
 }
