@@ -52,17 +52,7 @@ func (c *comm) sendRecv(to int, sb []byte, from int, rb []byte, step uint16) err
 
 // waitAll waits for every receive; on the first error it cancels the rest
 // (so none still writes into caller memory) and returns that error.
-func (c *comm) waitAll(rs []*transport.Recv) error {
-	for i, r := range rs {
-		if err := c.wait(r); err != nil {
-			for _, o := range rs[i+1:] {
-				o.Cancel(err)
-			}
-			return err
-		}
-	}
-	return nil
-}
+func (c *comm) waitAll(rs []*transport.Recv) error { return transport.WaitAll(c.ctx, rs) }
 
 // cancelAll abandons receives after a failure.
 func cancelAll(rs []*transport.Recv, err error) {

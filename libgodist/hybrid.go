@@ -46,6 +46,7 @@ func newHybrid(t *tcp.Transport, a *shm.Arena) (*hybrid, error) {
 		t.BreakPeer(r)
 	})
 	mb.SetHelper(h.help)
+	mb.SetGroupHelper(h.helpGroup)
 	if err := a.Attach(mb); err != nil {
 		return nil, err
 	}
@@ -64,6 +65,18 @@ func (h *hybrid) help(peer int, done <-chan struct{}, until time.Time) bool {
 	}
 	h.arena.Progress(done, until)
 	return true
+}
+
+// helpGroup reads the sockets of peers on other hosts together
+// (tcp.Transport.HelpGroup); a set with a co-located peer is waited for
+// receive by receive.
+func (h *hybrid) helpGroup(peers []int, done func() bool, until time.Time) bool {
+	for _, p := range peers {
+		if p < 0 || p >= len(h.local) || h.local[p] >= 0 {
+			return false
+		}
+	}
+	return h.tcp.HelpGroup(peers, done, until)
 }
 
 func (h *hybrid) Rank() int { return h.tcp.Rank() }

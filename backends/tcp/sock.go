@@ -207,6 +207,45 @@ func (s *sock) waitReadable(deadline time.Time) (bool, error) {
 	return err == nil, err
 }
 
+// waitAnyReadable sleeps in one poll(2) over socks until one of them has
+// bytes (or hangs up or fails) or until deadline (zero: none). Only an error
+// of the poll itself, or a sock shut locally, is returned.
+func waitAnyReadable(socks []*sock, deadline time.Time) error {
+	pfds := make([]pollFd, 0, len(socks))
+	defer func() {
+		for i := range pfds {
+			socks[i].mu.RUnlock()
+		}
+	}()
+	for _, s := range socks {
+		if !s.acquire() {
+			return net.ErrClosed
+		}
+		pfds = append(pfds, pollFd{fd: int32(s.fd), events: pollIn})
+	}
+	for {
+		var tsp *syscall.Timespec
+		if !deadline.IsZero() {
+			d := time.Until(deadline)
+			if d <= 0 {
+				return nil
+			}
+			ts := syscall.NsecToTimespec(int64(d))
+			tsp = &ts
+		}
+		r, _, e := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfds[0])), uintptr(len(pfds)), uintptr(unsafe.Pointer(tsp)), 0, 0, 0)
+		switch {
+		case e == syscall.EINTR:
+			continue
+		case e != 0:
+			return os.NewSyscallError("poll", e)
+		case r == 0 && !deadline.IsZero():
+			continue // timed out: the loop checks the deadline
+		}
+		return nil
+	}
+}
+
 type pollFd struct {
 	fd      int32
 	events  int16

@@ -192,3 +192,52 @@ func TestWriteDeadline(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second)
 	require.ErrorIs(t, describe(err), transport.ErrTimeout)
 }
+
+// TestWaitAllOverTCP: transport.WaitAll on receives from several peers
+// reads all their sockets on the waiting goroutine (HelpGroup), with and
+// without spinning, for small and large messages sent late; a peer that
+// dies meanwhile fails the wait instead of hanging it.
+func TestWaitAllOverTCP(t *testing.T) {
+	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
+		t.Run(fmt.Sprint(spin), func(t *testing.T) {
+			trs := connectLoopback(t, 4)
+			for _, tr := range trs {
+				tr.SetSpin(spin)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for round, n := range []int{8, 3 << 20} {
+				bufs := make([][]byte, 4)
+				var rs []*transport.Recv
+				for p := 1; p < 4; p++ {
+					bufs[p] = make([]byte, n+p)
+					rs = append(rs, trs[0].PostRecv(p, transport.P2PTag(int64(round)), bufs[p]))
+				}
+				for p := 1; p < 4; p++ {
+					go func(p int) {
+						time.Sleep(time.Duration(p*10) * time.Millisecond)
+						msg := bytes.Repeat([]byte{byte(p + round)}, n+p)
+						_ = trs[p].Send(ctx, 0, transport.P2PTag(int64(round)), msg)
+					}(p)
+				}
+				require.NoError(t, transport.WaitAll(ctx, rs))
+				for p := 1; p < 4; p++ {
+					require.True(t, bytes.Equal(bytes.Repeat([]byte{byte(p + round)}, n+p), bufs[p]), "peer %d", p)
+				}
+			}
+			// Peer 3 dies while rank 0 waits for 1, 2 and 3.
+			var rs []*transport.Recv
+			for p := 1; p < 4; p++ {
+				rs = append(rs, trs[0].PostRecv(p, transport.P2PTag(9), make([]byte, 4)))
+			}
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				trs[3].Abort(transport.ErrClosed)
+			}()
+			start := time.Now()
+			err := transport.WaitAll(ctx, rs)
+			require.ErrorIs(t, err, transport.ErrConnLost)
+			require.Less(t, time.Since(start), 5*time.Second)
+		})
+	}
+}

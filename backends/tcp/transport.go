@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ func newTransport(rank, size int, mb *transport.Mailbox, peers []*peer) *Transpo
 	t := &Transport{rank: rank, size: size, mb: mb, peers: peers}
 	mb.SetOnStuck(t.BreakPeer)
 	mb.SetHelper(t.Help)
+	mb.SetGroupHelper(t.HelpGroup)
 	for _, p := range peers {
 		if p != nil {
 			go p.readLoop(t)
@@ -141,6 +143,73 @@ func (t *Transport) Help(src int, done <-chan struct{}, until time.Time) bool {
 		default:
 			gaveUp = true
 			return false
+		}
+	}
+}
+
+// HelpGroup reads the connections from peers (distinct ranks) on the
+// calling goroutine until done reports true or until passes: it takes the
+// reader's role of each (in rank order), then pumps them, polling for the
+// spin time set by SetSpin and then asleep in one poll(2) over all their
+// sockets. A collective waiting for several peers so needs one thread
+// woken, not one reader goroutine per peer. It reports false if a rank is
+// not a peer or a connection has ended (the receives then fail through the
+// reader goroutines).
+func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bool {
+	ps := make([]*peer, 0, len(peers))
+	for _, r := range peers {
+		if r < 0 || r >= t.size || t.peers[r] == nil {
+			return false
+		}
+		ps = append(ps, t.peers[r])
+	}
+	slices.SortFunc(ps, func(a, b *peer) int { return a.rank - b.rank })
+	for _, p := range ps {
+		p.helpers.Add(1)
+		p.rd.role.Lock()
+	}
+	defer func() {
+		now := clock()
+		for _, p := range ps {
+			p.rd.role.Unlock()
+			p.helpEnd.Store(now)
+			p.helpers.Add(-1)
+			if p.rd.missed.Load() {
+				p.kick()
+			}
+		}
+	}()
+	socks := make([]*sock, len(ps))
+	for i, p := range ps {
+		socks[i] = p.sk
+	}
+	spin := time.Duration(t.spin.Load())
+	end := time.Now().Add(spin)
+	for {
+		got := false
+		for _, p := range ps {
+			g, perr := p.rd.pump(t, p)
+			if perr != nil {
+				p.kick() // its reader goroutine reports the end
+				return false
+			}
+			got = got || g
+		}
+		if done() {
+			return true
+		}
+		now := time.Now()
+		if !now.Before(until) {
+			return true
+		}
+		switch {
+		case got:
+			end = now.Add(spin)
+		case now.Before(end):
+		default:
+			if err := waitAnyReadable(socks, until); err != nil {
+				return false
+			}
 		}
 	}
 }

@@ -31,6 +31,8 @@ type Mailbox struct {
 
 	onStuck func(peer int) // guarded by mu; see SetOnStuck
 	helper  Helper         // guarded by mu; see SetHelper
+
+	groupHelper GroupHelper // guarded by mu; see SetGroupHelper
 }
 
 // Helper reads messages from peer (or AnySource) into the mailbox on the
