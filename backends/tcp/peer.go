@@ -163,34 +163,6 @@ func (p *peer) help(t *Transport) bool {
 	return got
 }
 
-// block reads the socket on the calling goroutine, sleeping in poll(2)
-// while it is empty, until done is closed or until passes. It takes the
-// reader's role for the whole time (waiting for another reader to finish),
-// so the kernel wakes this thread, and only it, when bytes come.
-func (p *peer) block(t *Transport, done <-chan struct{}, until time.Time) {
-	p.rd.role.Lock()
-	defer p.rd.role.Unlock()
-	for {
-		_, perr := p.rd.pump(t, p)
-		if perr != nil {
-			p.kick()
-			return
-		}
-		select {
-		case <-done:
-			return
-		default:
-		}
-		if !time.Now().Before(until) {
-			return
-		}
-		if _, err := p.sk.waitReadable(until); err != nil {
-			p.kick()
-			return
-		}
-	}
-}
-
 func isClosedErr(err error) bool {
 	return errors.Is(err, net.ErrClosed)
 }

@@ -75,28 +75,29 @@ func (t *Transport) isDelegated(r int) bool {
 func (t *Transport) SetSpin(d time.Duration) { t.spin.Store(int64(d)) }
 
 // Help reads the connection from src on the calling goroutine until done
-// is closed or until passes: first polling it for the spin time set by
-// SetSpin, then asleep in poll(2) on the socket, so that the kernel wakes
-// the thread that wants the message: no wake-up of the reader goroutine,
-// no hand-off back. It reports false if it cannot help: src is not a
-// peer, or src is transport.AnySource and the spin time (over every
-// connection) is used up; the caller then blocks until a reader
-// goroutine delivers.
+// is closed or until passes (HelpGroup with one peer): the kernel wakes
+// the thread that wants the message, with no wake-up of the reader
+// goroutine and no hand-off back. For transport.AnySource it polls every
+// connection for the spin time set by SetSpin and then reports false: the
+// caller blocks until a reader goroutine delivers. It also reports false
+// if src is not a peer or its connection has ended.
 func (t *Transport) Help(src int, done <-chan struct{}, until time.Time) bool {
+	if src != transport.AnySource {
+		one := [1]int{src}
+		return t.HelpGroup(one[:], func() bool {
+			select {
+			case <-done:
+				return true
+			default:
+				return false
+			}
+		}, until)
+	}
 	spin := time.Duration(t.spin.Load())
-	var one [1]*peer
-	ps := t.peers
-	switch {
-	case src != transport.AnySource:
-		if src < 0 || src >= t.size || t.peers[src] == nil {
-			return false
-		}
-		one[0] = t.peers[src]
-		ps = one[:]
-	case spin <= 0:
+	if spin <= 0 {
 		return false
 	}
-	for _, p := range ps {
+	for _, p := range t.peers {
 		if p != nil {
 			p.helpers.Add(1)
 		}
@@ -104,12 +105,12 @@ func (t *Transport) Help(src int, done <-chan struct{}, until time.Time) bool {
 	gaveUp := false
 	defer func() {
 		now := clock()
-		for _, p := range ps {
+		for _, p := range t.peers {
 			if p != nil {
 				p.helpEnd.Store(now)
 				p.helpers.Add(-1)
 				if gaveUp || p.rd.missed.Load() {
-					p.kick()
+					p.kick() // the caller blocks on them next, or they missed bytes
 				}
 			}
 		}
@@ -117,11 +118,9 @@ func (t *Transport) Help(src int, done <-chan struct{}, until time.Time) bool {
 	end := time.Now().Add(spin)
 	for {
 		got := false
-		if spin > 0 {
-			for _, p := range ps {
-				if p != nil && p.help(t) {
-					got = true
-				}
+		for _, p := range t.peers {
+			if p != nil && p.help(t) {
+				got = true
 			}
 		}
 		select {
@@ -130,17 +129,12 @@ func (t *Transport) Help(src int, done <-chan struct{}, until time.Time) bool {
 		default:
 		}
 		now := time.Now()
-		if !now.Before(until) {
-			return true
-		}
 		switch {
+		case !now.Before(until):
+			return true
 		case got:
 			end = now.Add(spin)
-		case now.Before(end):
-		case len(ps) == 1:
-			ps[0].block(t, done, until)
-			return true
-		default:
+		case !now.Before(end):
 			gaveUp = true
 			return false
 		}
@@ -156,7 +150,8 @@ func (t *Transport) Help(src int, done <-chan struct{}, until time.Time) bool {
 // not a peer or a connection has ended (the receives then fail through the
 // reader goroutines).
 func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bool {
-	ps := make([]*peer, 0, len(peers))
+	var psBuf [8]*peer
+	ps := psBuf[:0]
 	for _, r := range peers {
 		if r < 0 || r >= t.size || t.peers[r] == nil {
 			return false
@@ -179,9 +174,10 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 			}
 		}
 	}()
-	socks := make([]*sock, len(ps))
-	for i, p := range ps {
-		socks[i] = p.sk
+	var socksBuf [8]*sock
+	socks := socksBuf[:0]
+	for _, p := range ps {
+		socks = append(socks, p.sk)
 	}
 	spin := time.Duration(t.spin.Load())
 	end := time.Now().Add(spin)
