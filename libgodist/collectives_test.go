@@ -304,6 +304,55 @@ func TestTimeoutNamesMissingRank(t *testing.T) {
 	require.ErrorIs(t, w.Err(), ErrBroken)
 }
 
+// TestTimeoutMissingAfterPeersLeft: rank 1 starts late, so ranks 0 and 2
+// time out first and close their groups before rank 1 asks them how far
+// they got. Their farewell still says they joined: rank 1 names only the
+// rank that never came.
+func TestTimeoutMissingAfterPeersLeft(t *testing.T) {
+	pgs, _ := group(t, 4, 300*time.Millisecond)
+	var early sync.WaitGroup // ranks 0 and 2 both failed
+	early.Add(2)
+	errs := onAll(t, pgs[:3], func(r int, pg *ProcessGroup) (*Work, error) {
+		if r == 1 {
+			time.Sleep(150 * time.Millisecond)
+		}
+		w, err := pg.AllReduce(i64s(1, 2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+		if err == nil && r != 1 {
+			_ = w.Err()
+			early.Done()
+			early.Wait()
+			pg.Close() // leaves before rank 1 times out
+		}
+		return w, err
+	})
+	for r, err := range errs {
+		var oe *OpError
+		require.ErrorAs(t, err, &oe, "rank %d", r)
+		require.True(t, oe.Timeout(), "rank %d: %v", r, err)
+		require.Equal(t, []int{3}, oe.Missing, "rank %d: %v", r, err)
+	}
+}
+
+// TestPeerLeftSaysWhy: rank 0's group breaks (its op times out before
+// rank 1 joins) and it closes; rank 1's op then fails because rank 0
+// left, and says why rank 0 left.
+func TestPeerLeftSaysWhy(t *testing.T) {
+	pgs, _ := group(t, 2, 5*time.Second)
+	w, err := pgs[0].AllReduce(i64s(1), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{Timeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.Error(t, w.Err())
+	pgs[0].Close()
+	w, err = pgs[1].AllReduce(i64s(2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+	require.NoError(t, err)
+	err = w.Err()
+	require.ErrorIs(t, err, transport.ErrPeerGone)
+	var oe *OpError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, 0, oe.Peer)
+	require.Contains(t, oe.PeerLeft, "allreduce (seq 1)")
+	require.Contains(t, err.Error(), "(rank 0 left after: godist: allreduce (seq 1) in group \"test\" timed out after 100ms: rank(s) [1] did not join")
+}
+
 func TestKilledPeerFailsOthers(t *testing.T) {
 	pgs, net := group(t, 3, 10*time.Second)
 	net.Kill(2)

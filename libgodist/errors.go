@@ -40,6 +40,9 @@ type OpError struct {
 	Missing []int         // ranks that had not started the op (on timeout)
 	After   time.Duration // the timeout, when the op timed out
 	Err     error
+	// PeerLeft is why Peer left the group, when it shut its group down
+	// after an error of its own (from its farewell).
+	PeerLeft string
 }
 
 func (e *OpError) Error() string {
@@ -61,6 +64,9 @@ func (e *OpError) Error() string {
 		b.WriteString(" failed")
 	}
 	fmt.Fprintf(&b, ": %v", e.Err)
+	if e.PeerLeft != "" {
+		fmt.Fprintf(&b, " (rank %d left after: %s)", e.Peer, e.PeerLeft)
+	}
 	return b.String()
 }
 

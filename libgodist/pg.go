@@ -52,9 +52,10 @@ type ProcessGroup struct {
 	cancel  context.CancelCauseFunc
 	ctlDone chan struct{}
 
-	mu     sync.Mutex
-	broken error // first fatal error; guarded by mu
-	closed bool  // guarded by mu
+	mu        sync.Mutex
+	broken    error                // first fatal error; guarded by mu
+	closed    bool                 // guarded by mu
+	farewells map[int]farewellNote // peers' farewells read so far; guarded by mu
 
 	closeOnce sync.Once
 	queries   atomic.Uint64
@@ -169,6 +170,10 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 	if oe.Timeout() {
 		oe.After = t.timeout
 		oe.Missing = pg.missingRanks(t.w.Seq)
+	} else if oe.Peer >= 0 && errors.Is(err, transport.ErrPeerGone) {
+		if n, ok := pg.farewellOf(oe.Peer); ok {
+			oe.PeerLeft = n.why
+		}
 	}
 	pg.breakWith(oe)
 	return oe
@@ -200,6 +205,9 @@ func (pg *ProcessGroup) shutdown(abortErr error) {
 		}
 		if abortErr != nil && arena != nil {
 			arena.Abort(abortErr)
+		}
+		if abortErr == nil && tr != nil {
+			pg.farewell()
 		}
 		pg.cancel(ErrClosed)
 		if rdv != nil {

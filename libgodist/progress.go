@@ -1,6 +1,7 @@
 package libgodist
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"time"
@@ -14,9 +15,76 @@ import (
 // collective it last started, sent back on ControlTag(query id). The
 // answer comes from the transport's reader side, so it arrives even while
 // the peer's executor is blocked in another collective.
+//
+// A rank that closes its group gracefully first sends every peer a
+// farewell (its last sequence number and, if its group broke, why), so a
+// peer whose own timeout fires after this rank has left still learns how
+// far it got instead of naming it as a rank that never joined, and a peer
+// whose op fails because this rank left is told the root cause.
 
 // queryWait bounds how long a timed-out rank waits for answers.
 var queryWait = time.Second
+
+// farewellWait bounds how long Close spends sending farewells.
+var farewellWait = 200 * time.Millisecond
+
+// farewellTag carries a leaving rank's farewell: its last sequence number
+// (8 bytes, little endian), then why it left (the error that broke its
+// group; empty for a plain close), NUL-padded to farewellSize. Query ids
+// have a rank in bits 40 and up, so they never equal its id.
+var farewellTag = transport.ControlTag(1)
+
+const farewellSize = 512
+
+// farewellNote is what a peer said as it left.
+type farewellNote struct {
+	seq uint64
+	why string
+}
+
+// farewell tells every peer which collective this rank last started and,
+// if its group broke, why.
+func (pg *ProcessGroup) farewell() {
+	var a [farewellSize]byte
+	binary.LittleEndian.PutUint64(a[:8], pg.entered.Load())
+	pg.mu.Lock()
+	if pg.broken != nil {
+		copy(a[8:], pg.broken.Error())
+	}
+	pg.mu.Unlock()
+	ctx, cancel := context.WithTimeout(pg.ctx, farewellWait)
+	defer cancel()
+	for p := 0; p < pg.cfg.Size; p++ {
+		if p != pg.cfg.Rank {
+			_ = pg.tr.Send(ctx, p, farewellTag, a[:])
+		}
+	}
+}
+
+// farewellOf returns peer p's farewell, if it has arrived.
+func (pg *ProcessGroup) farewellOf(p int) (farewellNote, bool) {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	if n, ok := pg.farewells[p]; ok {
+		return n, true
+	}
+	var a [farewellSize]byte
+	r := pg.tr.PostRecv(p, farewellTag, a[:])
+	r.Cancel(ErrClosed) // a farewell that arrived has matched already
+	if r.Err() != nil {
+		return farewellNote{}, false
+	}
+	why := a[8:]
+	if i := bytes.IndexByte(why, 0); i >= 0 {
+		why = why[:i]
+	}
+	n := farewellNote{seq: binary.LittleEndian.Uint64(a[:8]), why: string(why)}
+	if pg.farewells == nil {
+		pg.farewells = map[int]farewellNote{}
+	}
+	pg.farewells[p] = n
+	return n, true
+}
 
 func (pg *ProcessGroup) controlLoop() {
 	defer close(pg.ctlDone)
@@ -60,7 +128,13 @@ func (pg *ProcessGroup) missingRanks(seq uint64) []int {
 		if p == me {
 			continue
 		}
-		if rs[p].Wait(ctx) != nil || binary.LittleEndian.Uint64(answers[p][:]) < seq {
+		var at uint64
+		if rs[p].Wait(ctx) == nil {
+			at = binary.LittleEndian.Uint64(answers[p][:])
+		} else if n, ok := pg.farewellOf(p); ok {
+			at = n.seq
+		}
+		if at < seq {
 			missing = append(missing, p)
 		}
 	}

@@ -248,3 +248,31 @@ func FuzzParseHeader(f *testing.F) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestThirdPeerLossFailsWaiter: rank 1 waits for rank 0 (reading rank 0's
+// socket itself) when rank 2 dies; the wait fails with rank 2's lost
+// connection at once, not when rank 0 next does something.
+func TestThirdPeerLossFailsWaiter(t *testing.T) {
+	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
+		trs := connectLoopback(t, 3)
+		for _, tr := range trs {
+			tr.SetSpin(spin)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// Rank 1 has read from rank 2 as a waiter before.
+		for i := 0; i < 20; i++ {
+			r := trs[1].PostRecv(2, transport.P2PTag(0), make([]byte, 8))
+			require.NoError(t, trs[2].Send(ctx, 1, transport.P2PTag(0), make([]byte, 8)))
+			require.NoError(t, r.Wait(ctx))
+		}
+		r := trs[1].PostRecv(0, transport.P2PTag(1), make([]byte, 8))
+		time.Sleep(5 * time.Millisecond)
+		start := time.Now()
+		trs[2].Abort(errors.New("killed"))
+		err := r.Wait(ctx)
+		require.ErrorIs(t, err, transport.ErrConnLost, "spin %v", spin)
+		require.Less(t, time.Since(start), 500*time.Millisecond, "spin %v", spin)
+		require.Contains(t, err.Error(), "rank 2")
+		cancel()
+	}
+}

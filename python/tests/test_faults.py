@@ -17,13 +17,15 @@ from harness import init, run_world
 TIMEOUT_S = 4
 
 
-def skip_worker(rank, n, init_file, op):
+def skip_worker(rank, n, init_file, op, late=0.0):
     init(rank, n, init_file, timeout_s=TIMEOUT_S, gloo_group=False)
     dist.barrier()
     missing = n - 1
     if rank == missing:
-        time.sleep(TIMEOUT_S + 3)  # never joins; stays alive
+        time.sleep(TIMEOUT_S + late + 3)  # never joins; stays alive
         return None
+    if rank == 1:
+        time.sleep(late)  # rank 0 times out and leaves first
     t = torch.ones(8)
     start = time.monotonic()
     try:
@@ -56,6 +58,18 @@ def test_rank_that_never_joins_is_named(op, transport):
         assert f"group" in r["msg"] and "seq" in r["msg"], r["msg"]
         assert r["missing"] == [n - 1], r["msg"]
         assert r["elapsed"] < TIMEOUT_S + 5, r
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_rank_that_left_after_joining_is_not_named(transport):
+    """Rank 1 starts the all_reduce 1.5 s after rank 0, so rank 0 times out,
+    reports and destroys its group before rank 1 asks it how far it got:
+    its farewell says it joined, and only the rank that never came is named."""
+    n = 3
+    results = run_world(skip_worker, n, "all_reduce", 1.5, timeout=120, env={"GODIST_TRANSPORT": transport})
+    for rank, r in enumerate(results[:-1]):
+        assert r["is_dist_error"] and "timed out" in r["msg"], r
+        assert r["missing"] == [n - 1], r["msg"]
 
 
 def kill_worker(rank, n, init_file):
