@@ -420,3 +420,61 @@ func TestInlineAndQueuedKeepOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestWaiterRunsQueuedOps: a caller waiting for a queued op that has not
+// started runs it, and the ops queued before it, on its own goroutine, in
+// order; the ops queued after it run on the drainer. A poll never runs one.
+func TestWaiterRunsQueuedOps(t *testing.T) {
+	for _, n := range []int{1, 2, 3} {
+		pgs, _ := group(t, n, 5*time.Second)
+		bufs := make([][][]byte, n)
+		works := make([][]*Work, n)
+		for r, pg := range pgs {
+			pg.exec.mu.Lock()
+			pg.exec.busy = true // hold the drainer off while ops queue up
+			pg.exec.mu.Unlock()
+			for k := 0; k < 5; k++ {
+				bufs[r] = append(bufs[r], i64s(int64(r+k)))
+				w, err := pg.AllReduce(bufs[r][k], ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+				require.NoError(t, err)
+				works[r] = append(works[r], w)
+			}
+			pg.exec.mu.Lock()
+			pg.exec.busy = false // no kick: only a waiter starts them
+			pg.exec.mu.Unlock()
+			require.ErrorIs(t, works[r][2].Wait(0), ErrNotReady, "a poll ran a queued op")
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for r, pg := range pgs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if errs[r] = works[r][2].Wait(5 * time.Second); errs[r] != nil {
+					return
+				}
+				for k := 0; k < 3; k++ {
+					select {
+					case <-works[r][k].Done():
+					default:
+						errs[r] = fmt.Errorf("op %d not done after op 2 was waited for", k)
+						return
+					}
+				}
+				errs[r] = works[r][4].Wait(5 * time.Second) // on the drainer
+				pg.exec.mu.Lock()
+				defer pg.exec.mu.Unlock()
+				if pg.exec.busy {
+					errs[r] = fmt.Errorf("executor still busy")
+				}
+			}()
+		}
+		wg.Wait()
+		requireAllOK(t, errs)
+		for r := 0; r < n; r++ {
+			for k := 0; k < 5; k++ {
+				require.Equal(t, []int64{int64(n*(n-1)/2 + n*k)}, toI64(bufs[r][k]), "n %d rank %d op %d", n, r, k)
+			}
+		}
+	}
+}

@@ -3,19 +3,24 @@ package libgodist
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 )
 
 // executor runs a group's collectives one at a time, in issue order. Queued
-// work is drained by a goroutine started when the queue becomes non-empty;
-// a synchronous op (Opts.Inline) that finds the executor idle runs on the
-// caller's goroutine instead, which saves a hand-off for small ops.
+// work is drained by a goroutine started when the queue becomes non-empty.
+// Two shortcuts save thread hand-offs for small ops: a synchronous op
+// (Opts.Inline) that finds nothing queued or running runs on the caller's
+// goroutine, and a caller that waits for a queued op that has not started
+// yet runs it (and the ops queued before it) itself (runQueued).
 type executor struct {
 	pg      *ProcessGroup
 	mu      sync.Mutex
-	idle    *sync.Cond // signalled when running becomes false; guarded by mu
+	idle    *sync.Cond // signalled when the executor may have become idle; guarded by mu
 	queue   []*task    // guarded by mu
-	running bool       // a task is running or a drainer is active; guarded by mu
+	running bool       // a drainer goroutine is active; guarded by mu
+	busy    bool       // a task is running (on any goroutine); guarded by mu
 }
 
 func (e *executor) init(pg *ProcessGroup) {
@@ -39,35 +44,46 @@ func (pg *ProcessGroup) submit(op string, o Opts, run func(c *comm) error) *Work
 	t := &task{w: w, timeout: timeout, run: run}
 	e := &pg.exec
 	e.mu.Lock()
-	if o.Inline && !e.running && len(e.queue) == 0 {
-		e.running = true
+	if o.Inline && !e.busy && len(e.queue) == 0 {
+		e.busy = true
 		e.mu.Unlock()
 		pg.runTask(t)
 		e.mu.Lock()
-		e.running = false
-		if len(e.queue) > 0 {
-			e.running = true
-			go e.drain()
-		} else {
-			e.idle.Broadcast()
-		}
+		e.release()
 		e.mu.Unlock()
 		return w
 	}
 	e.queue = append(e.queue, t)
-	if !e.running {
-		e.running = true
-		go e.drain()
-	}
+	w.assist = func(until time.Time) bool { return e.runQueued(t, until) }
+	e.kick()
 	e.mu.Unlock()
 	return w
 }
 
-// drain runs queued tasks until the queue is empty.
+// kick starts a drainer if tasks wait and no one runs them. Called with
+// e.mu held.
+func (e *executor) kick() {
+	if len(e.queue) > 0 && !e.running && !e.busy {
+		e.running = true
+		go e.drain()
+	}
+}
+
+// release ends a task run by a goroutine other than the drainer: the
+// drainer (started, or restarted here) takes the rest. Called with e.mu
+// held.
+func (e *executor) release() {
+	e.busy = false
+	e.kick()
+	e.idle.Broadcast()
+}
+
+// drain runs queued tasks until the queue is empty, or until it finds a
+// waiter running them (runQueued), which hands the rest back when done.
 func (e *executor) drain() {
 	for {
 		e.mu.Lock()
-		if len(e.queue) == 0 {
+		if len(e.queue) == 0 || e.busy {
 			e.running = false
 			e.idle.Broadcast()
 			e.mu.Unlock()
@@ -76,9 +92,45 @@ func (e *executor) drain() {
 		t := e.queue[0]
 		e.queue[0] = nil
 		e.queue = e.queue[1:]
+		e.busy = true
 		e.mu.Unlock()
 		e.pg.runTask(t)
+		e.mu.Lock()
+		e.busy = false
+		e.mu.Unlock()
 	}
+}
+
+// runQueued runs t on the calling (waiting) goroutine if it has not
+// started and nothing runs now: t and the tasks queued before it, in
+// order. It reports whether it did; a poll (zero until) never does.
+func (e *executor) runQueued(t *task, until time.Time) bool {
+	if until.IsZero() {
+		return false
+	}
+	e.mu.Lock()
+	if e.busy {
+		e.mu.Unlock()
+		return false
+	}
+	i := slices.Index(e.queue, t)
+	if i < 0 {
+		e.mu.Unlock()
+		return false
+	}
+	var runBuf [4]*task
+	run := append(runBuf[:0], e.queue[:i+1]...)
+	clear(e.queue[:i+1])
+	e.queue = e.queue[i+1:]
+	e.busy = true
+	e.mu.Unlock()
+	for _, q := range run {
+		e.pg.runTask(q)
+	}
+	e.mu.Lock()
+	e.release()
+	e.mu.Unlock()
+	return true
 }
 
 // waitIdle waits until nothing runs or is queued. Called after the group's
@@ -86,7 +138,7 @@ func (e *executor) drain() {
 // fast (runTask checks usable first).
 func (e *executor) waitIdle() {
 	e.mu.Lock()
-	for e.running || len(e.queue) > 0 {
+	for e.running || e.busy || len(e.queue) > 0 {
 		e.idle.Wait()
 	}
 	e.mu.Unlock()
