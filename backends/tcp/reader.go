@@ -116,7 +116,7 @@ func (rd *reader) header(t *Transport, p *peer) error {
 	return nil
 }
 
-// payload moves payload bytes into the delivery's buffer: buffered ones
+// payload moves payload bytes into the delivery's windows: buffered ones
 // first, then from the socket. It reports whether the payload is complete
 // (and delivered).
 func (rd *reader) payload(sk *sock, progressed *bool) (bool, error) {
@@ -124,11 +124,11 @@ func (rd *reader) payload(sk *sock, progressed *bool) (bool, error) {
 	for rd.got < n {
 		// A receive posted since the header arrived may have adopted the
 		// message: the rest goes into its buffer.
-		dst := rd.d.Sync(rd.got)
+		dst := rd.d.Window(rd.got)
 		if rd.r < rd.w {
 			k := min(rd.w-rd.r, n-rd.got)
 			if dst != nil {
-				copy(dst[rd.got:], rd.buf[rd.r:rd.r+k])
+				k = copy(dst[:min(k, len(dst))], rd.buf[rd.r:rd.r+k])
 			}
 			rd.r += k
 			rd.got += k
@@ -139,7 +139,7 @@ func (rd *reader) payload(sk *sock, progressed *bool) (bool, error) {
 		var k int
 		var err error
 		if dst != nil && n-rd.got >= directMin {
-			k, err = sk.read(dst[rd.got:min(n, rd.got+readChunk)])
+			k, err = sk.read(dst[:min(len(dst), readChunk)])
 			rd.got += k
 		} else {
 			k, err = sk.read(rd.buf)

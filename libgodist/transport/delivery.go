@@ -10,8 +10,9 @@ import (
 
 // Delivery is one arriving message whose bytes come in pieces: a reader
 // that cannot block until the whole payload is there (a non-blocking
-// socket) starts it with Begin when the header arrives, fills Buf as bytes
-// come, and ends it with Finish, or with Fail if the stream breaks.
+// socket) starts it with Begin when the header arrives, fills the Windows
+// as bytes come, and ends it with Finish, or with Fail if the stream
+// breaks.
 //
 // A reader delivers one message at a time per source; a Delivery value can
 // be reused once it has ended.
@@ -21,8 +22,15 @@ type Delivery struct {
 	tag Tag
 	n   int
 	r   *Recv  // the posted receive it goes into, or nil: kept until posted
-	buf []byte // where the payload goes; nil when it is discarded
+	buf []byte // where the payload goes; nil when it is discarded or parted
 	err error  // the claimed receive's outcome when the sizes differ
+
+	// A large message with no receive yet is kept in parts of partSize,
+	// taken as its bytes come: most are adopted by a receive posted soon
+	// after, and then only the parts read so far were needed (a buffer of
+	// the whole size would be zeroed and faulted in for nothing).
+	parts  [][]byte
+	parted bool
 
 	// A large message that arrived before its receive is registered in
 	// mb.inflight while it is read; a receive posted meanwhile adopts it
@@ -37,11 +45,14 @@ type Delivery struct {
 // it is still being read; smaller ones are cheaper to copy once.
 const adoptMin = 256 << 10
 
+// partSize is the size of the parts a large unmatched message is kept in.
+const partSize = 1 << 20
+
 // Begin starts delivering an n-byte message from src under tag. If a
 // matching receive is posted, Buf is its buffer (the bytes land in place);
-// if that receive expects another size, Buf is nil, the payload must be
-// read and dropped, and Finish fails the receive. Otherwise Buf is a
-// buffer the mailbox keeps the message in until a receive is posted.
+// if that receive expects another size, the Windows are nil, the payload
+// must be read and dropped, and Finish fails the receive. Otherwise the
+// mailbox keeps the message until a receive is posted.
 func (mb *Mailbox) Begin(d *Delivery, src int, tag Tag, n int) {
 	*d = Delivery{mb: mb, src: src, tag: tag, n: n}
 	mb.mu.Lock()
@@ -55,6 +66,8 @@ func (mb *Mailbox) Begin(d *Delivery, src int, tag Tag, n int) {
 	}
 	mb.mu.Unlock()
 	switch {
+	case r == nil && n >= adoptMin:
+		d.parted = true
 	case r == nil:
 		d.buf = scratch.Get(n)
 	case n != len(r.Buf):
@@ -65,36 +78,78 @@ func (mb *Mailbox) Begin(d *Delivery, src int, tag Tag, n int) {
 	}
 }
 
-// Buf is where the payload's bytes go, nil if they are to be dropped.
-func (d *Delivery) Buf() []byte { return d.buf }
-
-// Sync moves a delivery that a receive has adopted since Begin (or the
-// last Sync) over to that receive's buffer, copying the first got bytes
-// already read, and returns the buffer the rest goes into: Buf.
-func (d *Delivery) Sync(got int) []byte {
-	if atomic.LoadUint32(&d.adopt) == 0 || d.r != nil {
-		return d.buf
+// Window returns where the payload's bytes from offset got on go (a
+// slice that may end before the payload does), or nil if they are to be
+// dropped. A receive that adopted the message since the last call gets
+// the got bytes read so far copied into its buffer, and the rest goes
+// there.
+func (d *Delivery) Window(got int) []byte {
+	if atomic.LoadUint32(&d.adopt) != 0 && d.r == nil {
+		d.sync(got)
 	}
+	if d.parted {
+		i := got / partSize
+		for len(d.parts) <= i {
+			d.parts = append(d.parts, scratch.Get(partSize))
+		}
+		return d.parts[i][got%partSize : min(partSize, d.n-i*partSize)]
+	}
+	if d.buf == nil {
+		return nil
+	}
+	return d.buf[got:]
+}
+
+// sync moves a delivery that a receive has adopted over to that receive's
+// buffer, copying the first got bytes already read.
+func (d *Delivery) sync(got int) {
 	mb := d.mb
 	mb.mu.Lock()
 	r := d.pending
 	d.r = r
 	mb.forget(d)
 	mb.mu.Unlock()
-	copy(r.Buf, d.buf[:got])
-	scratch.Put(d.buf)
+	d.copyOut(r.Buf[:got])
+	d.free()
 	d.buf = r.Buf
-	return d.buf
+}
+
+// copyOut copies the first len(dst) bytes kept so far into dst.
+func (d *Delivery) copyOut(dst []byte) {
+	if !d.parted {
+		copy(dst, d.buf)
+		return
+	}
+	for _, p := range d.parts {
+		if len(dst) == 0 {
+			break
+		}
+		dst = dst[copy(dst, p):]
+	}
+}
+
+// free returns the storage of a message kept by the mailbox.
+func (d *Delivery) free() {
+	if d.parted {
+		for _, p := range d.parts {
+			scratch.Put(p)
+		}
+		d.parts, d.parted = nil, false
+		return
+	}
+	scratch.Put(d.buf)
+	d.buf = nil
 }
 
 // Len is the payload length.
 func (d *Delivery) Len() int { return d.n }
 
-// Finish ends a delivery whose payload is all in Buf (or dropped).
+// Finish ends a delivery whose payload is all in its Windows (or
+// dropped).
 func (d *Delivery) Finish() {
 	mb := d.mb
 	if d.r == nil && atomic.LoadUint32(&d.adopt) != 0 {
-		d.Sync(d.n)
+		d.sync(d.n)
 	}
 	if d.r != nil {
 		mb.mu.Lock()
@@ -104,23 +159,17 @@ func (d *Delivery) Finish() {
 		*d = Delivery{}
 		return
 	}
-	data := d.buf
 	mb.mu.Lock()
 	if d.pending != nil { // adopted after the check above
 		mb.mu.Unlock()
-		d.Sync(d.n)
+		d.sync(d.n)
 		d.Finish()
 		return
 	}
 	mb.forget(d)
+	m := message{data: d.buf, parts: d.parts, n: d.n}
 	if r := mb.matchPosted(d.src, d.tag); r != nil {
-		var err error
-		if len(data) != len(r.Buf) {
-			err = &PeerError{Op: "recv", Peer: d.src, Err: fmt.Errorf("%w: got %d bytes, expected %d", ErrSizeMismatch, len(data), len(r.Buf))}
-		} else {
-			copy(r.Buf, data)
-		}
-		scratch.Put(data)
+		err := m.deliver(d.src, r.Buf)
 		hook := mb.complete(r, d.src, err)
 		mb.mu.Unlock()
 		runHook(hook, r)
@@ -128,8 +177,9 @@ func (d *Delivery) Finish() {
 		return
 	}
 	mb.arrivals++
+	m.arrival = mb.arrivals
 	k := key{d.src, d.tag}
-	mb.unexpected[k] = append(mb.unexpected[k], message{data: data, arrival: mb.arrivals})
+	mb.unexpected[k] = append(mb.unexpected[k], m)
 	mb.mu.Unlock()
 	*d = Delivery{}
 }
@@ -154,7 +204,7 @@ func (d *Delivery) Fail(cause error) {
 	}
 	mb.mu.Unlock()
 	if d.r == nil {
-		scratch.Put(d.buf)
+		d.free()
 	}
 	if r != nil {
 		runHook(hook, r)
@@ -214,10 +264,15 @@ func (mb *Mailbox) Deliver(src int, tag Tag, n int, rd io.Reader) error {
 	var d Delivery
 	mb.Begin(&d, src, tag, n)
 	var err error
-	if b := d.Buf(); b != nil {
-		_, err = io.ReadFull(rd, b)
-	} else {
-		_, err = io.CopyN(io.Discard, rd, int64(n))
+	for got := 0; got < n && err == nil; {
+		w := d.Window(got)
+		if w == nil {
+			_, err = io.CopyN(io.Discard, rd, int64(n-got))
+			break
+		}
+		var k int
+		k, err = io.ReadFull(rd, w[:min(len(w), n-got)])
+		got += k
 	}
 	if err != nil {
 		d.Fail(err)

@@ -35,6 +35,15 @@ func pending(r *Recv) bool {
 	}
 }
 
+// fill writes b into d's windows from payload offset off.
+func fill(d *Delivery, off int, b []byte) {
+	for len(b) > 0 {
+		k := copy(d.Window(off), b)
+		b = b[k:]
+		off += k
+	}
+}
+
 // A receive posted while an unexpected large message is being read adopts
 // it: the bytes read before the post are copied, the rest land in place.
 func TestDeliveryAdoptedMidway(t *testing.T) {
@@ -44,15 +53,16 @@ func TestDeliveryAdoptedMidway(t *testing.T) {
 		want := pattern(n, 3)
 		var d Delivery
 		mb.Begin(&d, 1, 5, n)
-		copy(d.Sync(0), want[:n/3])
+		fill(&d, 0, want[:n/3])
+		early := d.Window(n / 3)
 		r := mb.Post(1, 5, make([]byte, n))
 		require.True(t, pending(r), "adopted receive completed before the payload")
 		if syncBeforeFinish {
-			dst := d.Sync(n / 3)
-			require.Equal(t, &r.Buf[0], &dst[0], "the rest must go into the receive's buffer")
-			copy(dst[n/3:], want[n/3:])
+			dst := d.Window(n / 3)
+			require.Equal(t, &r.Buf[n/3], &dst[0], "the rest must go into the receive's buffer")
+			copy(dst, want[n/3:])
 		} else {
-			copy(d.Buf()[n/3:], want[n/3:]) // the reader never looked again
+			copy(early, want[n/3:]) // the reader never looked again
 		}
 		d.Finish()
 		require.NoError(t, waitRecv(t, r))
@@ -69,7 +79,7 @@ func TestDeliveryAdoptedAnySource(t *testing.T) {
 	var d Delivery
 	mb.Begin(&d, 2, 7, n)
 	r := mb.Post(AnySource, 7, make([]byte, n))
-	copy(d.Sync(0), want)
+	fill(&d, 0, want)
 	d.Finish()
 	require.NoError(t, waitRecv(t, r))
 	require.Equal(t, want, r.Buf)
@@ -84,7 +94,7 @@ func TestDeliveryNotAdopted(t *testing.T) {
 	mb.Begin(&d, 1, 1, adoptMin-1)
 	small := mb.Post(1, 1, make([]byte, adoptMin-1))
 	require.Nil(t, d.pending, "a small message is copied once, not adopted")
-	copy(d.Sync(0), pattern(adoptMin-1, 1))
+	fill(&d, 0, pattern(adoptMin-1, 1))
 	d.Finish()
 	require.NoError(t, waitRecv(t, small))
 	require.Equal(t, pattern(adoptMin-1, 1), small.Buf)
@@ -95,7 +105,7 @@ func TestDeliveryNotAdopted(t *testing.T) {
 	wrongSize := mb.Post(1, 2, make([]byte, n+1))
 	later := mb.Post(1, 2, make([]byte, n))
 	require.Nil(t, d.pending)
-	copy(d.Sync(0), pattern(n, 2))
+	fill(&d, 0, pattern(n, 2))
 	d.Finish()
 	err := waitRecv(t, wrongSize)
 	require.ErrorIs(t, err, ErrSizeMismatch)
@@ -103,7 +113,7 @@ func TestDeliveryNotAdopted(t *testing.T) {
 	require.True(t, pending(otherTag))
 
 	mb.Begin(&d, 1, 2, n)
-	copy(d.Sync(0), pattern(n, 4))
+	fill(&d, 0, pattern(n, 4))
 	d.Finish()
 	require.NoError(t, waitRecv(t, later))
 	require.Equal(t, pattern(n, 4), later.Buf)
@@ -119,7 +129,7 @@ func TestDeliveryAdoptedThenFailed(t *testing.T) {
 		mb.Begin(&d, 1, 0, adoptMin)
 		r := mb.Post(1, 0, make([]byte, adoptMin))
 		if synced {
-			d.Sync(10)
+			d.Window(10)
 		}
 		d.Fail(errors.New("reset by peer"))
 		err := waitRecv(t, r)
@@ -150,7 +160,7 @@ func TestDeliveryAdoptionRace(t *testing.T) {
 			mb.Begin(&d, 1, 4, n)
 			for got := 0; got < n; {
 				k := min(n-got, 8192)
-				copy(d.Sync(got)[got:got+k], src[got:got+k])
+				fill(&d, got, src[got:got+k])
 				got += k
 				if got%(64<<10) == 0 {
 					time.Sleep(20 * time.Microsecond)
@@ -167,4 +177,41 @@ func TestDeliveryAdoptionRace(t *testing.T) {
 	}
 	wg.Wait()
 	require.Empty(t, mb.inflight)
+}
+
+// A large message with no receive is kept in parts taken as its bytes
+// come; a receive posted after it arrived whole gets it intact, and one of
+// another size fails.
+func TestDeliveryKeptInParts(t *testing.T) {
+	mb := NewMailbox(2)
+	n := 2*partSize + 12345
+	want := pattern(n, 5)
+	var d Delivery
+	mb.Begin(&d, 1, 3, n)
+	fill(&d, 0, want[:100<<10])
+	require.Len(t, d.parts, 1, "parts are taken as bytes come")
+	fill(&d, 100<<10, want[100<<10:])
+	require.Len(t, d.parts, 3)
+	d.Finish()
+	r := mb.Post(1, 3, make([]byte, n))
+	require.NoError(t, waitRecv(t, r))
+	require.Equal(t, want, r.Buf)
+
+	mb.Begin(&d, 1, 3, n)
+	fill(&d, 0, want)
+	d.Finish()
+	require.ErrorIs(t, waitRecv(t, mb.Post(1, 3, make([]byte, n-1))), ErrSizeMismatch)
+
+	// Adopted after two parts were read: they are copied, the rest lands
+	// in place.
+	mb.Begin(&d, 1, 3, n)
+	fill(&d, 0, want[:partSize+7])
+	r = mb.Post(1, 3, make([]byte, n))
+	dst := d.Window(partSize + 7)
+	require.Equal(t, &r.Buf[partSize+7], &dst[0])
+	require.Nil(t, d.parts, "the parts went back once adopted")
+	copy(dst, want[partSize+7:])
+	d.Finish()
+	require.NoError(t, waitRecv(t, r))
+	require.Equal(t, want, r.Buf)
 }

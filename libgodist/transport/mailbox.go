@@ -74,8 +74,32 @@ type key struct {
 }
 
 type message struct {
-	data    []byte
+	data    []byte   // the payload, or nil when kept in parts
+	parts   [][]byte // a large payload in parts of partSize (Delivery)
+	n       int      // the payload's length
 	arrival uint64
+}
+
+// deliver copies m into buf (a receive from src), or reports the sizes'
+// mismatch, and frees m's storage.
+func (m *message) deliver(src int, buf []byte) error {
+	var err error
+	if m.n != len(buf) {
+		err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: got %d bytes, expected %d", ErrSizeMismatch, m.n, len(buf))}
+	} else if m.parts == nil {
+		copy(buf, m.data)
+	} else {
+		for _, p := range m.parts {
+			buf = buf[copy(buf, p):]
+		}
+	}
+	if m.parts == nil {
+		scratch.Put(m.data)
+	}
+	for _, p := range m.parts {
+		scratch.Put(p)
+	}
+	return err
 }
 
 // stuckGrace is how long a canceled receive waits for a message that is
@@ -284,13 +308,7 @@ func (mb *Mailbox) Post(peer int, tag Tag, buf []byte) *Recv {
 		return r
 	}
 	if src, m, ok := mb.takeUnexpected(peer, tag); ok {
-		var err error
-		if len(m.data) != len(buf) {
-			err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: got %d bytes, expected %d", ErrSizeMismatch, len(m.data), len(buf))}
-		} else {
-			copy(buf, m.data)
-		}
-		scratch.Put(m.data)
+		err := m.deliver(src, buf)
 		hook := mb.complete(r, src, err)
 		mb.mu.Unlock()
 		runHook(hook, r)
