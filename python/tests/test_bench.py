@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 OPS = {"all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "barrier",
        "send_recv"}
-SCENARIOS = {"ddp_step", "infer_loop"}
+SCENARIOS = {"ddp_step", "infer_loop", "async_loop"}
 CSV_COLUMNS = {"world_size", "op", "variant", "backend", "dtype", "redop", "nominal_bytes", "size_bytes", "count",
                "n_iters", "repeats", "time_us", "algbw_GBps", "busbw_GBps", "p50_us", "p95_us", "cpu_us_per_op",
                "godist_speedup", "wrong", "status", "transport"}
@@ -67,7 +67,7 @@ def test_bench_smoke(tmp_path):
         assert any("| godist |" in ln for ln in lines) and any("| gloo |" in ln for ln in lines), body
         for ln in lines:
             assert ln.split("|")[14].strip() == "0", ln  # #wrong
-    assert "| ddp_step |" in md and "| infer_loop |" in md
+    assert "| ddp_step |" in md and "| infer_loop |" in md and "| async_loop |" in md
     assert (out / "results.png").stat().st_size > 1000
 
     # --render rebuilds the report from results.csv + meta.json alone.

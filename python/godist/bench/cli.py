@@ -37,7 +37,7 @@ def build_parser():
                       help="P=2,4,8; sizes 8 B, 512 B, 32 KiB, 2 MiB, 64 MiB; 50 ms blocks; scenarios at P=2,4 "
                            "(about 2-3 min on 2 cores)")
     mode.add_argument("--smoke", action="store_true",
-                      help="P=2; sizes 8 B and 64 KiB; tiny DDP and inference scenarios (well under a minute)")
+                      help="P=2; sizes 8 B and 64 KiB; tiny DDP, inference and async scenarios (well under a minute)")
     p.add_argument("--world-sizes", type=str, help="comma-separated world sizes (default 2,4,8)")
     p.add_argument("--ops", type=str, help="comma-separated: " + ", ".join(OPS) + " (default all)")
     p.add_argument("--min-bytes", type=str, help="smallest size, e.g. 8, 4K, 1M (default 8)")
@@ -50,11 +50,11 @@ def build_parser():
     p.add_argument("--spot-dtypes", type=str,
                    help="dtypes for the all_reduce/reduce_scatter spot cells (default bfloat16,int64; '' for none)")
     p.add_argument("--scenarios", type=str,
-                   help="comma-separated: ddp, infer, or none (default ddp,infer)")
+                   help="comma-separated: ddp, infer, async, or none (default ddp,infer,async)")
     p.add_argument("--scenario-world-sizes", type=str,
                    help="world sizes that run the scenarios (default: all of --world-sizes)")
     p.add_argument("--ddp-steps", type=int, help="DDP steps per timed block (default 2)")
-    p.add_argument("--infer-iters", type=int, help="all_reduces in the inference loop (default 1000)")
+    p.add_argument("--infer-iters", type=int, help="all_reduces in the inference and async loops (default 1000)")
     p.add_argument("--out", type=str, default=None, help="output directory (default docs/perf)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--tcp-only", action="store_true",

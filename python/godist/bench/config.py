@@ -17,7 +17,7 @@ OP_ALIASES = {
 }
 # Collectives that reduce (they get the bfloat16 / int64 spot cells).
 REDUCING = ("all_reduce", "reduce_scatter_tensor")
-SCENARIOS = ("ddp", "infer")
+SCENARIOS = ("ddp", "infer", "async")
 DTYPES = ("float32", "bfloat16", "int64", "float64", "float16", "int32")
 
 

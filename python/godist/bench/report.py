@@ -18,7 +18,7 @@ CSV_COLUMNS = ["world_size", "op", "variant", "backend", "dtype", "redop", "nomi
 MD_COLUMNS = ["P", "size", "count", "type", "redop", "backend", "time (µs)", "algbw (GB/s)", "busbw (GB/s)",
               "p50 (µs)", "p95 (µs)", "CPU/op (µs)", "n", "#wrong", "godist/gloo"]
 
-SCENARIO_OPS = ("ddp_step", "infer_loop")
+SCENARIO_OPS = ("ddp_step", "infer_loop", "async_loop")
 CSV_NAME, MD_NAME, PNG_NAME, META_NAME = "results.csv", "results.md", "results.png", "meta.json"
 
 
@@ -222,7 +222,7 @@ def plot(rows, path):
             ax.grid(True, which="both", alpha=0.3)
     if fixed:
         ax_t, ax_r = axes[len(sized)]
-        markers = {"barrier": "o", "ddp_step": "s", "infer_loop": "^"}
+        markers = {"barrier": "o", "ddp_step": "s", "infer_loop": "^", "async_loop": "v"}
         for op in fixed:
             for backend, style in (("godist", "-"), ("gloo", "--")):
                 rs = sorted((r for r in rows if r["op"] == op and r["backend"] == backend and r["status"] == "ok"
@@ -234,7 +234,7 @@ def plot(rows, path):
             ax_r.plot([r["world_size"] for r in rs], [r["godist_speedup"] for r in rs], "-", marker=markers[op],
                       label=op)
         ax_t.set(yscale="log", xlabel="world size P", ylabel="time per op / step (µs)", xticks=Ps,
-                 title="barrier, DDP step, inference loop (godist solid, gloo dashed)")
+                 title="barrier, DDP step, inference and async loops (godist solid, gloo dashed)")
         ax_r.axhline(1.0, color="black", lw=0.8)
         ax_r.set(yscale="log", xlabel="world size P", ylabel="t_gloo / t_godist", xticks=Ps,
                  title="godist speed relative to gloo (>1: godist faster)")

@@ -509,7 +509,10 @@ class RankBench:
         self.emit("ddp_step", "float32", nparams * 4, nparams * 4, nparams, variants)
         del models
 
-    def infer(self):
+    def infer(self, async_op: bool = False):
+        """1000 all_reduces of 4-64 KiB, one after the other: synchronous
+        (infer_loop), or each issued with async_op=True and waited for at
+        once (async_loop: the path of code that issues async ops)."""
         torch, dist, cfg = self.torch, self.dist, self.cfg
         sizes = [k * 1024 for k in cfg.infer_kib]
         bufs = {b: [torch.empty(s // 4, dtype=torch.float32) for s in sizes] for b in BACKENDS}
@@ -518,7 +521,10 @@ class RankBench:
             for s, t in zip(sizes, bufs[b]):
                 d = CellData(torch, "all_reduce", "float32", s, self.rank, self.P, self._base_cache)
                 t.copy_(d.buf)  # x_r
-                dist.all_reduce(t, group=self.groups[b])
+                if async_op:
+                    dist.all_reduce(t, group=self.groups[b], async_op=True).wait()
+                else:
+                    dist.all_reduce(t, group=self.groups[b])
                 d.buf.copy_(t)
                 wrong[b] += d.mismatches()
 
@@ -530,14 +536,19 @@ class RankBench:
             def one():
                 dist.all_reduce(ts[counter[0] % k], group=g)
                 counter[0] += 1
-            return one
+
+            def one_async():
+                dist.all_reduce(ts[counter[0] % k], group=g, async_op=True).wait()
+                counter[0] += 1
+            return one_async if async_op else one
 
         variants = [Variant(b, self.groups[b], looper(b)) for b in BACKENDS]
         half = max(1, cfg.infer_iters // 2)
+        what = "all_reduce(async_op=True).wait()" if async_op else "all_reduce"
         for v in variants:
             v.n = half
             v.wrong = wrong[v.backend]
-            v.label = f"{2 * half} x all_reduce {cfg.infer_kib[0]}-{cfg.infer_kib[-1]} KiB"
+            v.label = f"{2 * half} x {what} {cfg.infer_kib[0]}-{cfg.infer_kib[-1]} KiB"
         # A-B-B-A: two half-loops per backend make the 1000 ops.
         saved = self.cfg.repeats
         self.cfg.repeats = 2
@@ -546,7 +557,7 @@ class RankBench:
                 for v in order:
                     self.time_block(v)
             mean = sum(sizes) // len(sizes)
-            self.emit("infer_loop", "float32", max(sizes), mean, mean // 4, variants)
+            self.emit("async_loop" if async_op else "infer_loop", "float32", max(sizes), mean, mean // 4, variants)
         finally:
             self.cfg.repeats = saved
 
@@ -580,6 +591,8 @@ class RankBench:
                 self.ddp()
             if "infer" in self.cfg.scenarios:
                 self.infer()
+            if "async" in self.cfg.scenarios:
+                self.infer(async_op=True)
         self.dist.barrier()
 
 
@@ -599,7 +612,7 @@ def _progress_line(rows) -> str:
     dt = "" if r0["dtype"] == "-" else " " + r0["dtype"]
     parts = [f"{r0['op']}{dt}{size}:"]
     for r in rows:
-        name = r["backend"] if r["variant"] == "native" or r["op"] in ("ddp_step", "infer_loop") else \
+        name = r["backend"] if r["variant"] == "native" or r["op"] in ("ddp_step", "infer_loop", "async_loop") else \
             f"{r['backend']}({r['variant']})"
         if r["status"] != "ok":
             parts.append(f"{name} {r['status'].upper()}")
