@@ -119,6 +119,9 @@ class GodistWork(dist._Work):
             if self._done:
                 return
         ev = self._get_event()
+        # A held op reaches the completion thread (which sets ev) only once
+        # it is watched.
+        self._watch()
         deadline = None if secs is None else time.monotonic() + secs
         while not ev.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))):
             if deadline is not None and time.monotonic() >= deadline:

@@ -24,6 +24,16 @@ def completion_worker(rank, n, init_file):
     w.wait()
     assert w.is_completed() and torch.equal(t, torch.full((5,), want))
 
+    # wait(timeout) on an op nobody watched yet: it completes, no timeout
+    import datetime
+    t = torch.full((5,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    assert w.wait(timeout=datetime.timedelta(seconds=60)) is True
+    assert torch.equal(t, torch.full((5,), want))
+    t = torch.full((5,), float(rank + 1))
+    assert dist.all_reduce(t, async_op=True).wait(timeout=60.0) is True
+    assert torch.equal(t, torch.full((5,), want))
+
     # get_future() before and after completion; value is the output list
     t = torch.full((5,), float(rank + 1))
     fut = dist.all_reduce(t, async_op=True).get_future()
