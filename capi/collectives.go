@@ -217,5 +217,5 @@ func godist_monitored_barrier(h C.uint64_t, timeoutMs C.int64_t, waitAll C.int32
 // opts builds the per-call options: a synchronous caller (notify == 0) may
 // have its collective run inline.
 func opts(timeoutMs C.int64_t, notify C.int32_t) libgodist.Opts {
-	return libgodist.Opts{Timeout: millis(timeoutMs), Inline: notify <= 0}
+	return libgodist.Opts{Timeout: millis(timeoutMs), Inline: notify <= 0, Deferrable: notify == 2}
 }

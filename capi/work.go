@@ -62,6 +62,7 @@ func godist_work_watch(h C.uint64_t) (rc C.int) {
 		return statusInvalid
 	}
 	completions.watch(uint64(h), w)
+	w.Expedite()
 	return statusOK
 }
 

@@ -478,3 +478,90 @@ func TestWaiterRunsQueuedOps(t *testing.T) {
 		}
 	}
 }
+
+// TestDeferrableOps: while callers wait for their async ops at once, a
+// deferrable op stays queued for its waiter; one nobody waits for still
+// runs (after deferStart), and then the next starts at once; a watch
+// (Expedite) starts a deferred one.
+func TestDeferrableOps(t *testing.T) {
+	pgs, _ := group(t, 2, 5*time.Second)
+	sum := ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}
+	both := func(f func(r int, pg *ProcessGroup) error) {
+		t.Helper()
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r, pg := range pgs {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[r] = f(r, pg) }()
+		}
+		wg.Wait()
+		requireAllOK(t, errs)
+	}
+	// Waited for at once: run by the waiter.
+	both(func(r int, pg *ProcessGroup) error {
+		for k := 0; k < 20; k++ {
+			buf := i64s(int64(r + k))
+			w, err := pg.AllReduce(buf, sum, Opts{Deferrable: true})
+			if err != nil {
+				return err
+			}
+			if err := w.Wait(5 * time.Second); err != nil {
+				return err
+			}
+			if got := toI64(buf)[0]; got != int64(1+2*k) {
+				return fmt.Errorf("op %d: got %d", k, got)
+			}
+		}
+		pg.exec.mu.Lock()
+		defer pg.exec.mu.Unlock()
+		if !pg.exec.waited {
+			return fmt.Errorf("ops waited for at once were not run by their waiters")
+		}
+		return nil
+	})
+	// Nobody waits: the op still completes, and the next one starts at once.
+	both(func(r int, pg *ProcessGroup) error {
+		buf := i64s(int64(r))
+		w, err := pg.AllReduce(buf, sum, Opts{Deferrable: true})
+		if err != nil {
+			return err
+		}
+		select {
+		case <-w.Done():
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("a deferred op never started")
+		}
+		pg.exec.mu.Lock()
+		waited := pg.exec.waited
+		pg.exec.mu.Unlock()
+		if waited {
+			return fmt.Errorf("an op the drainer ran left waited set")
+		}
+		w, err = pg.AllReduce(buf, sum, Opts{Deferrable: true})
+		if err != nil {
+			return err
+		}
+		return w.Err()
+	})
+	// A watch starts a deferred op.
+	for _, pg := range pgs {
+		pg.exec.mu.Lock()
+		pg.exec.waited = true
+		pg.exec.mu.Unlock()
+	}
+	both(func(r int, pg *ProcessGroup) error {
+		w, err := pg.AllReduce(i64s(1), sum, Opts{Deferrable: true})
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		w.Expedite()
+		if err := w.Err(); err != nil {
+			return err
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			return fmt.Errorf("expedited op took %v", d)
+		}
+		return nil
+	})
+}

@@ -21,11 +21,23 @@ type executor struct {
 	queue   []*task    // guarded by mu
 	running bool       // a drainer goroutine is active; guarded by mu
 	busy    bool       // a task is running (on any goroutine); guarded by mu
+
+	// waited: the last deferrable op was run by its waiter, so the next
+	// one is left for its waiter too, until timer (deferStart) or a watch
+	// starts it. Guarded by mu.
+	waited bool
+	timer  *time.Timer
 }
+
+// deferStart bounds how long a deferred op waits for its waiter before
+// the drainer starts it anyway (a Go timer below a millisecond may take a
+// millisecond when the process is idle).
+const deferStart = 500 * time.Microsecond
 
 func (e *executor) init(pg *ProcessGroup) {
 	e.pg = pg
 	e.idle = sync.NewCond(&e.mu)
+	e.waited = true
 }
 
 // submit queues a collective and returns its Work; with o.Inline it may run
@@ -55,9 +67,26 @@ func (pg *ProcessGroup) submit(op string, o Opts, run func(c *comm) error) *Work
 	}
 	e.queue = append(e.queue, t)
 	w.assist = func(until time.Time) bool { return e.runQueued(t, until) }
-	e.kick()
+	if o.Deferrable && e.waited && !e.running && !e.busy {
+		w.expedite = e.start
+		if e.timer == nil {
+			e.timer = time.AfterFunc(deferStart, e.start)
+		} else {
+			e.timer.Reset(deferStart)
+		}
+	} else {
+		e.kick()
+	}
 	e.mu.Unlock()
 	return w
+}
+
+// start starts a drainer for deferred tasks (deferStart passed, or one of
+// them is watched).
+func (e *executor) start() {
+	e.mu.Lock()
+	e.kick()
+	e.mu.Unlock()
 }
 
 // kick starts a drainer if tasks wait and no one runs them. Called with
@@ -93,6 +122,7 @@ func (e *executor) drain() {
 		e.queue[0] = nil
 		e.queue = e.queue[1:]
 		e.busy = true
+		e.waited = false // start the next deferrable op at once
 		e.mu.Unlock()
 		e.pg.runTask(t)
 		e.mu.Lock()
@@ -123,6 +153,7 @@ func (e *executor) runQueued(t *task, until time.Time) bool {
 	clear(e.queue[:i+1])
 	e.queue = e.queue[i+1:]
 	e.busy = true
+	e.waited = true
 	e.mu.Unlock()
 	for _, q := range run {
 		e.pg.runTask(q)
@@ -138,6 +169,7 @@ func (e *executor) runQueued(t *task, until time.Time) bool {
 // fast (runTask checks usable first).
 func (e *executor) waitIdle() {
 	e.mu.Lock()
+	e.kick() // deferred tasks too
 	for e.running || e.busy || len(e.queue) > 0 {
 		e.idle.Wait()
 	}

@@ -23,6 +23,13 @@ type Opts struct {
 	// collective is queued (the caller is about to wait for it anyway):
 	// this saves the hand-off to the executor for small synchronous ops.
 	Inline bool
+	// Deferrable marks an asynchronous op whose caller holds its Work
+	// without watching it (it may wait for it at once): while the group's
+	// callers have been waiting for such ops right away, the executor leaves
+	// it queued for up to deferStart, so that the waiter runs it itself
+	// (executor.runQueued) instead of waiting for the drainer goroutine.
+	// Work.Expedite (a watch) starts it at once.
+	Deferrable bool
 }
 
 // ReduceArgs describes the data of a reducing collective.

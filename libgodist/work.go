@@ -25,6 +25,8 @@ type Work struct {
 	// goroutine until the work completes or the given time passes (a zero
 	// time polls once); it reports false when it cannot help.
 	assist func(until time.Time) bool
+	// expedite, if set, starts a deferred op now (see Opts.Deferrable).
+	expedite func()
 }
 
 func newWork(op string, seq uint64) *Work {
@@ -85,6 +87,14 @@ func (w *Work) Wait(d time.Duration) error {
 		return w.err
 	case <-t.C:
 		return ErrNotReady
+	}
+}
+
+// Expedite starts the work now if the executor deferred it for a waiter
+// (Opts.Deferrable): someone watches it instead of waiting.
+func (w *Work) Expedite() {
+	if w.expedite != nil {
+		w.expedite()
 	}
 }
 
