@@ -35,9 +35,14 @@ const (
 	// directMin: a payload remainder at least this large is read straight
 	// into its destination rather than through buf.
 	directMin = 16 << 10
-	// readChunk is the largest single read straight into a destination
-	// (smaller reads let the kernel return the window sooner).
-	readChunk = 256 << 10
+	// readChunk is the largest single read straight into a destination:
+	// large enough that one read(2) takes all the socket holds. Fewer,
+	// larger reads mean fewer system calls and fewer window updates, each
+	// of which wakes the sender: in a 64 MiB ping-pong over loopback,
+	// godist's CPU per byte against gloo's went from 1.23-1.26x to
+	// 1.10-1.19x at 8 ranks on 2 cores, 1.10-1.28x to 1.03-1.09x at 4 and
+	// 1.09-1.12x to 1.00-1.02x at 2, against reads of 256 KiB.
+	readChunk = 64 << 20
 )
 
 var errEOF = fmt.Errorf("%w: connection closed by peer", io.EOF)
