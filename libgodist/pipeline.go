@@ -7,9 +7,12 @@ package libgodist
 
 import "sync/atomic"
 
-// ringSegment is the largest piece a ring step sends as one message. A
-// variable so tests can make it small.
-var ringSegment = 1 << 20
+// ringSegment is the largest piece a ring step sends as one message. 4 MiB
+// pieces took 5-15% less CPU per byte than 1 MiB ones in a TCP 64 MiB
+// all_reduce with 4 and 8 ranks on 2 cores (fewer messages, wake-ups and
+// system calls), and keep several pieces per step in flight from 16 MiB.
+// A variable so tests can make it small.
+var ringSegment = 4 << 20
 
 // segmentSize is ringSegment rounded down to whole elements of es bytes.
 func segmentSize(es int) int {
