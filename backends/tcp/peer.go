@@ -82,18 +82,6 @@ func (p *peer) kick() {
 	}
 }
 
-// unhelp ends one helper's turn on p's socket at now; the last to leave
-// wakes the resting reader goroutine to time its linger.
-func (p *peer) unhelp(now int64) {
-	p.helpEnd.Store(now)
-	if p.helpers.Add(-1) == 0 {
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // rest keeps the reader goroutine off the socket while waiters read it
 // themselves, and for linger after the last one stopped: a reader asleep
 // on the socket is woken by every arrival, which the waiter consumes
@@ -111,16 +99,14 @@ func (p *peer) rest(t *Transport) {
 		if p.kicked.Swap(false) {
 			return
 		}
-		if p.helpers.Load() > 0 {
-			// The last helper to leave sends a token (unhelp).
-			<-p.wake
-			continue
+		d := linger
+		if p.helpers.Load() == 0 {
+			idle := time.Duration(clock() - p.helpEnd.Load())
+			if idle >= linger {
+				return
+			}
+			d = linger - idle
 		}
-		idle := time.Duration(clock() - p.helpEnd.Load())
-		if idle >= linger {
-			return
-		}
-		d := linger - idle
 		if timer == nil {
 			timer = time.NewTimer(d)
 		} else {

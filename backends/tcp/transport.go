@@ -107,7 +107,8 @@ func (t *Transport) Help(src int, done <-chan struct{}, until time.Time) bool {
 		now := clock()
 		for _, p := range t.peers {
 			if p != nil {
-				p.unhelp(now)
+				p.helpEnd.Store(now)
+				p.helpers.Add(-1)
 				if gaveUp || p.rd.missed.Load() {
 					p.kick() // the caller blocks on them next, or they missed bytes
 				}
@@ -166,7 +167,8 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 		now := clock()
 		for _, p := range ps {
 			p.rd.role.Unlock()
-			p.unhelp(now)
+			p.helpEnd.Store(now)
+			p.helpers.Add(-1)
 			if p.rd.missed.Load() {
 				p.kick()
 			}
