@@ -19,7 +19,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import _checks, _lib, _rendezvous, _types
+from . import _checks, _errors, _lib, _rendezvous, _types
 from ._lib import ERRLEN, GodistBuf
 from .work import GodistWork, adopt, combine, finish_sync, submit
 
@@ -70,6 +70,14 @@ _HAS_ASYNC_FLAG = hasattr(dist.AllreduceOptions(), "asyncOp")
 
 def _sync(opts) -> bool:
     return _HAS_ASYNC_FLAG and opts is not None and not opts.asyncOp and not _lib._forked and not _profiling()
+
+
+def _fast_notify(opts) -> int:
+    """-1 for the synchronous fast path, 2 for the asynchronous one (a Work
+    holding the handle, see work.adopt), 0 when neither applies."""
+    if not _HAS_ASYNC_FLAG or opts is None or _lib._forked or _profiling():
+        return 0
+    return 2 if opts.asyncOp else -1
 
 
 def _one(tensors):
@@ -224,14 +232,17 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     # ----- collectives --------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        if _sync(opts):
+        notify = _fast_notify(opts)
+        if notify:
             t = _one(tensors)
             code = _types.fast_op(opts) if t is not None else -1
             if code >= 0:
                 eb, hv, hp = _lib.scratch()
                 rc = self._raw.allreduce(self._h, GodistBuf(t.data_ptr(), t.nbytes), _types.DTYPE_CODES[t.dtype], code,
-                                         0.0, _types.fast_timeout(opts), -1, hp, eb, ERRLEN)
-                return self._track(finish_sync("allreduce", tensors, rc, hv, eb))
+                                         0.0, _types.fast_timeout(opts), notify, hp, eb, ERRLEN)
+                if notify < 0 or rc != _errors.OK:
+                    return self._track(finish_sync("allreduce", tensors, rc, hv, eb))
+                return self._track(adopt("allreduce", tensors, hv.value, keep=t))
         op = "allreduce"
         t = _checks.single(op, "tensors", tensors)
         dt = _checks.dtype_code(op, "tensor", t)
