@@ -22,9 +22,10 @@ type executor struct {
 	running bool       // a drainer goroutine is active; guarded by mu
 	busy    bool       // a task is running (on any goroutine); guarded by mu
 
-	// waited: the last deferrable op was run by its waiter, so the next
-	// one is left for its waiter too, until timer (deferStart) or a watch
-	// starts it. Guarded by mu.
+	// waited: the last deferrable op was waited for within deferStart of
+	// its submission, so the next one is left for its waiter too, until
+	// timer (deferStart) or a watch starts it; cleared when the timer had
+	// to start one. Guarded by mu.
 	waited bool
 	timer  *time.Timer
 }
@@ -67,10 +68,13 @@ func (pg *ProcessGroup) submit(op string, o Opts, run func(c *comm) error) *Work
 	}
 	e.queue = append(e.queue, t)
 	w.assist = func(until time.Time) bool { return e.runQueued(t, until) }
+	if o.Deferrable {
+		t.at = time.Now()
+	}
 	if o.Deferrable && e.waited && !e.running && !e.busy {
 		w.expedite = e.start
 		if e.timer == nil {
-			e.timer = time.AfterFunc(deferStart, e.start)
+			e.timer = time.AfterFunc(deferStart, e.expire)
 		} else {
 			e.timer.Reset(deferStart)
 		}
@@ -81,10 +85,20 @@ func (pg *ProcessGroup) submit(op string, o Opts, run func(c *comm) error) *Work
 	return w
 }
 
-// start starts a drainer for deferred tasks (deferStart passed, or one of
-// them is watched).
+// start starts a drainer for deferred tasks (one of them is watched).
 func (e *executor) start() {
 	e.mu.Lock()
+	e.kick()
+	e.mu.Unlock()
+}
+
+// expire starts a drainer for deferred tasks no one came for within
+// deferStart; the next deferrable ones start at once.
+func (e *executor) expire() {
+	e.mu.Lock()
+	if len(e.queue) > 0 && !e.running && !e.busy {
+		e.waited = false
+	}
 	e.kick()
 	e.mu.Unlock()
 }
@@ -122,7 +136,6 @@ func (e *executor) drain() {
 		e.queue[0] = nil
 		e.queue = e.queue[1:]
 		e.busy = true
-		e.waited = false // start the next deferrable op at once
 		e.mu.Unlock()
 		e.pg.runTask(t)
 		e.mu.Lock()
@@ -139,12 +152,11 @@ func (e *executor) runQueued(t *task, until time.Time) bool {
 		return false
 	}
 	e.mu.Lock()
-	if e.busy {
-		e.mu.Unlock()
-		return false
-	}
 	i := slices.Index(e.queue, t)
-	if i < 0 {
+	if e.busy || i < 0 {
+		if !t.at.IsZero() && time.Since(t.at) < deferStart {
+			e.waited = true // its waiter came in time: defer the next one
+		}
 		e.mu.Unlock()
 		return false
 	}

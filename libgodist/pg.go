@@ -65,6 +65,7 @@ type task struct {
 	w       *Work
 	timeout time.Duration
 	run     func(c *comm) error
+	at      time.Time // submission of a deferrable op (executor.runQueued)
 }
 
 // NewWithTransport builds a connected group over an existing transport
