@@ -28,6 +28,7 @@ type executor struct {
 	// to start one. Guarded by mu.
 	waited bool
 	timer  *time.Timer
+	armed  bool // timer is pending; guarded by mu
 }
 
 // deferStart bounds how long a deferred op waits for its waiter before
@@ -73,10 +74,14 @@ func (pg *ProcessGroup) submit(op string, o Opts, run func(c *comm) error) *Work
 	}
 	if o.Deferrable && e.waited && !e.running && !e.busy {
 		w.expedite = e.start
+		// An armed timer keeps its deadline: ops issued back to back must
+		// not push the first one's start further out.
 		if e.timer == nil {
 			e.timer = time.AfterFunc(deferStart, e.expire)
-		} else {
+			e.armed = true
+		} else if !e.armed {
 			e.timer.Reset(deferStart)
+			e.armed = true
 		}
 	} else {
 		e.kick()
@@ -96,6 +101,7 @@ func (e *executor) start() {
 // deferStart; the next deferrable ones start at once.
 func (e *executor) expire() {
 	e.mu.Lock()
+	e.armed = false
 	if len(e.queue) > 0 && !e.running && !e.busy {
 		e.waited = false
 	}
