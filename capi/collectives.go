@@ -57,6 +57,7 @@ func submitted(w *libgodist.Work, err error, notify C.int32_t, out *C.uint64_t, 
 }
 
 func group(h C.uint64_t) (*libgodist.ProcessGroup, error) {
+	schedTick()
 	return lookup[*libgodist.ProcessGroup](uint64(h))
 }
 

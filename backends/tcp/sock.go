@@ -154,39 +154,76 @@ func (s *sock) write(b []byte, deadline time.Time, full func()) error {
 	return nil
 }
 
-// writeFrame writes the header and then the payload in pieces of at most
-// chunk bytes. One huge write holds the socket's lock while it copies, so
-// the peer's acknowledgements queue in the backlog and the window opens
-// late.
+// writeFrame writes one frame (header, payload, zero padding) with
+// sendmsg(2), gathering the parts in each call, in pieces of at most chunk
+// bytes. The header never goes out on its own: a header alone on the wire
+// wakes a receiver that then finds no payload and sleeps again (two
+// wake-ups per message; a 32 KiB ping-pong ran at half gloo's speed with
+// 8 ranks on 2 cores). Pieces bound one call because one huge write holds
+// the socket's lock while it copies, so the peer's acknowledgements queue
+// in the backlog and the window opens late.
 func (s *sock) writeFrame(hdr, data []byte, chunk int, deadline time.Time, full func()) error {
-	pad := padding(len(data))
-	if len(data) <= smallFrame {
-		// Small payloads: one copy into a buffer is cheaper than two
-		// system calls.
-		buf := make([]byte, len(hdr)+len(data)+pad)
-		copy(buf, hdr)
-		copy(buf[len(hdr):], data)
-		return s.write(buf, deadline, full)
+	if !s.acquire() {
+		return net.ErrClosed
 	}
-	if err := s.write(hdr, deadline, full); err != nil {
-		return err
-	}
-	for len(data) > 0 {
-		k := min(len(data), chunk)
-		if err := s.write(data[:k], deadline, full); err != nil {
+	defer s.mu.RUnlock()
+	ioRelease()
+	parts := [3][]byte{hdr, data, zeroPad[:padding(len(data))]}
+	left := parts[:]
+	var iov [3]syscall.Iovec
+	for {
+		for len(left) > 0 && len(left[0]) == 0 {
+			left = left[1:]
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		n, total := 0, 0
+		for _, b := range left {
+			if len(b) == 0 {
+				continue
+			}
+			k := min(len(b), chunk-total)
+			if k <= 0 {
+				break
+			}
+			iov[n] = syscall.Iovec{Base: &b[0]}
+			iov[n].SetLen(k)
+			n++
+			total += k
+		}
+		msg := syscall.Msghdr{Iov: &iov[0]}
+		msg.Iovlen = uint64(n)
+		// MSG_NOSIGNAL: a peer that hung up is an error, not a SIGPIPE.
+		r, _, e := syscall.RawSyscall(syscall.SYS_SENDMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&msg)), syscall.MSG_NOSIGNAL)
+		switch e {
+		case 0:
+			for w := int(r); w > 0; {
+				k := min(w, len(left[0]))
+				left[0] = left[0][k:]
+				w -= k
+				if len(left[0]) == 0 {
+					left = left[1:]
+				}
+			}
+			continue
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+		default:
+			return s.opErr("write", e)
+		}
+		if full != nil {
+			full()
+		}
+		if err := s.pollLocked(pollOut, deadline); err != nil {
 			return err
 		}
-		data = data[k:]
 	}
-	if pad > 0 {
-		var zeros [frameAlign]byte
-		return s.write(zeros[:pad], deadline, full)
-	}
-	return nil
 }
 
-// smallFrame is the largest payload copied into one buffer with its header.
-const smallFrame = 16 << 10
+// zeroPad is the padding written after payloads.
+var zeroPad [frameAlign]byte
 
 const (
 	pollIn  = 0x1 // POLLIN
@@ -278,6 +315,27 @@ func (s *sock) pollLocked(events int16, deadline time.Time) error {
 			continue // timed out: the loop checks the deadline
 		}
 		return nil
+	}
+}
+
+// readable reports whether the socket has bytes (or has hung up or
+// failed) right now, without waiting. True if it cannot tell.
+func (s *sock) readable() bool {
+	if !s.acquire() {
+		return true
+	}
+	defer s.mu.RUnlock()
+	var ts syscall.Timespec
+	for {
+		pfd := pollFd{fd: int32(s.fd), events: pollIn}
+		_, _, e := syscall.RawSyscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		switch {
+		case e == syscall.EINTR:
+			continue
+		case e != 0:
+			return true
+		}
+		return pfd.revents != 0
 	}
 }
 

@@ -51,7 +51,7 @@ func readN(t *testing.T, s *sock, n int) []byte {
 // wire: the header, the payload, then zeros (docs/wire.md), through both
 // the one-buffer path for small payloads and the chunked path.
 func TestFramesPaddedTo64(t *testing.T) {
-	for _, n := range []int{0, 1, 24, 63, 64, 65, smallFrame - 1, smallFrame + 1, 3*writeChunk + 7} {
+	for _, n := range []int{0, 1, 24, 63, 64, 65, 16<<10 - 1, 16<<10 + 1, 3*writeChunk + 7} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			a, b := sockPair(t)
 			var hdr [headerSize]byte
@@ -85,7 +85,7 @@ func TestFramesPaddedTo64(t *testing.T) {
 // wait (read straight in) or come late (stored, then copied), with
 // waiters that spin and waiters that sleep at once.
 func TestMixedSizesInOrder(t *testing.T) {
-	sizes := []int{0, 1, 5, 63, 64, 65, 100, smallFrame - 1, smallFrame + 1, 256<<10 + 3, 1<<20 + 64, 2<<20 + 1}
+	sizes := []int{0, 1, 5, 63, 64, 65, 100, 16<<10 - 1, 16<<10 + 1, 256<<10 + 3, 1<<20 + 64, 2<<20 + 1}
 	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
 		for _, late := range []bool{false, true} {
 			t.Run(fmt.Sprintf("spin=%v/late=%v", spin, late), func(t *testing.T) {
@@ -239,5 +239,31 @@ func TestWaitAllOverTCP(t *testing.T) {
 			require.ErrorIs(t, err, transport.ErrConnLost)
 			require.Less(t, time.Since(start), 5*time.Second)
 		})
+	}
+}
+
+// TestFrameInSmallPieces: a frame written in pieces smaller than its
+// header, than its padding and than its payload (each sendmsg gathers a
+// piece that spans the parts' borders) arrives byte for byte.
+func TestFrameInSmallPieces(t *testing.T) {
+	for _, chunk := range []int{1, 7, 64, 100, 4096} {
+		for _, n := range []int{0, 1, 63, 65, 5000} {
+			t.Run(fmt.Sprintf("chunk=%d/n=%d", chunk, n), func(t *testing.T) {
+				a, b := sockPair(t)
+				var hdr [headerSize]byte
+				putHeader(&hdr, header{kind: kindData, tag: 3, n: uint64(n)})
+				payload := make([]byte, n)
+				for i := range payload {
+					payload[i] = byte(i*5 + 3)
+				}
+				errc := make(chan error, 1)
+				go func() { errc <- a.writeFrame(hdr[:], payload, chunk, time.Now().Add(10*time.Second), nil) }()
+				got := readN(t, b, headerSize+n+padding(n))
+				require.NoError(t, <-errc)
+				require.Equal(t, hdr[:], got[:headerSize])
+				require.True(t, bytes.Equal(payload, got[headerSize:headerSize+n]), "payload differs")
+				require.Equal(t, make([]byte, padding(n)), got[headerSize+n:])
+			})
+		}
 	}
 }

@@ -169,7 +169,12 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 			p.rd.role.Unlock()
 			p.helpEnd.Store(now)
 			p.helpers.Add(-1)
-			if p.rd.missed.Load() {
+			// The reader goroutine woke for bytes we read: kick it only
+			// if some are left, else it would go straight back to
+			// sleep on the socket and wake with us for the next
+			// message (two threads woken per message). Bytes that come
+			// later reach it when it stops resting (linger).
+			if p.rd.missed.Load() && p.sk.readable() {
 				p.kick()
 			}
 		}
