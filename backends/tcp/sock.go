@@ -245,10 +245,12 @@ func (s *sock) waitReadable(deadline time.Time) (bool, error) {
 }
 
 // waitAnyReadable sleeps in one poll(2) over socks until one of them has
-// bytes (or hangs up or fails) or until deadline (zero: none). Only an error
-// of the poll itself, or a sock shut locally, is returned.
-func waitAnyReadable(socks []*sock, deadline time.Time) error {
-	pfds := make([]pollFd, 0, len(socks))
+// bytes (or hangs up or fails) or until deadline (zero: none), and sets
+// ready[i] to whether socks[i] is readable (all false on timeout). Only an
+// error of the poll itself, or a sock shut locally, is returned.
+func waitAnyReadable(socks []*sock, ready []bool, deadline time.Time) error {
+	var pfdBuf [8]pollFd
+	pfds := pfdBuf[:0]
 	defer func() {
 		for i := range pfds {
 			socks[i].mu.RUnlock()
@@ -259,6 +261,9 @@ func waitAnyReadable(socks []*sock, deadline time.Time) error {
 			return net.ErrClosed
 		}
 		pfds = append(pfds, pollFd{fd: int32(s.fd), events: pollIn})
+	}
+	for i := range ready {
+		ready[i] = false
 	}
 	for {
 		var tsp *syscall.Timespec
@@ -278,6 +283,9 @@ func waitAnyReadable(socks []*sock, deadline time.Time) error {
 			return os.NewSyscallError("poll", e)
 		case r == 0 && !deadline.IsZero():
 			continue // timed out: the loop checks the deadline
+		}
+		for i := range pfds {
+			ready[i] = pfds[i].revents != 0
 		}
 		return nil
 	}

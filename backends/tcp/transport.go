@@ -184,11 +184,23 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 	for _, p := range ps {
 		socks = append(socks, p.sk)
 	}
+	// ready marks the sockets to read in the next round: all of them
+	// while spinning, else those poll(2) found readable (with 8 peers,
+	// reading every socket after each wake-up was 7 empty reads a
+	// message).
+	var readyBuf [8]bool
+	ready := readyBuf[:0]
+	for range ps {
+		ready = append(ready, true)
+	}
 	spin := time.Duration(t.spin.Load())
 	end := time.Now().Add(spin)
 	for {
 		got := false
-		for _, p := range ps {
+		for i, p := range ps {
+			if !ready[i] {
+				continue
+			}
 			g, perr := p.rd.pump(t, p)
 			if perr != nil {
 				p.kick() // its reader goroutine reports the end
@@ -203,14 +215,17 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 		if !now.Before(until) {
 			return true
 		}
-		switch {
-		case got:
+		if got {
 			end = now.Add(spin)
-		case now.Before(end):
-		default:
-			if err := waitAnyReadable(socks, until); err != nil {
-				return false
+		}
+		if now.Before(end) {
+			for i := range ready {
+				ready[i] = true
 			}
+			continue
+		}
+		if err := waitAnyReadable(socks, ready, until); err != nil {
+			return false
 		}
 	}
 }
