@@ -17,6 +17,7 @@ import "C"
 
 import (
 	"github.com/godist/godist/libgodist"
+	"github.com/godist/godist/libgodist/gosched"
 	"github.com/godist/godist/libgodist/reduce"
 )
 
@@ -57,7 +58,7 @@ func submitted(w *libgodist.Work, err error, notify C.int32_t, out *C.uint64_t, 
 }
 
 func group(h C.uint64_t) (*libgodist.ProcessGroup, error) {
-	schedTick()
+	gosched.Tick() // see libgodist/gosched
 	return lookup[*libgodist.ProcessGroup](uint64(h))
 }
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/godist/godist/libgodist/gosched"
 )
 
 // executor runs a group's collectives one at a time, in issue order. Queued
@@ -130,7 +132,9 @@ func (e *executor) release() {
 // drain runs queued tasks until the queue is empty, or until it finds a
 // waiter running them (runQueued), which hands the rest back when done.
 func (e *executor) drain() {
+	var tick gosched.Ticker // see libgodist/gosched
 	for {
+		tick.Tick()
 		e.mu.Lock()
 		if len(e.queue) == 0 || e.busy {
 			e.running = false

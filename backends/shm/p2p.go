@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/godist/godist/libgodist/gosched"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -315,7 +316,9 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 		}
 		idleSleeping.Store(0)
 	}
+	var tick gosched.Ticker // see libgodist/gosched
 	for !a.closing.Load() {
+		tick.Tick()
 		b := bell.Load()
 		if (waiters.Load() > 0 && !st.streaming.Load()) || !st.role.TryLock() {
 			// A waiter reads the rings (Progress): stand aside. Senders do

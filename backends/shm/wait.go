@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/godist/godist/libgodist/gosched"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -107,6 +108,7 @@ func (a *Arena) waitLoopWith(pol *WaitPolicy, ready func() bool, word *uint32, s
 		}
 	}
 	nextLive := start.Add(pol.Liveness)
+	var tick gosched.Ticker
 	for {
 		now := time.Now()
 		live := !now.Before(nextLive)
@@ -119,6 +121,7 @@ func (a *Arena) waitLoopWith(pol *WaitPolicy, ready func() bool, word *uint32, s
 			}
 			return err
 		}
+		tick.Tick() // see libgodist/gosched
 		if now.Sub(start) < pol.Spin+pol.Yield {
 			a.yield()
 		} else {

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/godist/godist/libgodist/gosched"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -195,6 +196,7 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 	}
 	spin := time.Duration(t.spin.Load())
 	end := time.Now().Add(spin)
+	var tick gosched.Ticker
 	for {
 		got := false
 		for i, p := range ps {
@@ -218,6 +220,7 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 		if got {
 			end = now.Add(spin)
 		}
+		tick.Tick() // see libgodist/gosched
 		if now.Before(end) {
 			for i := range ready {
 				ready[i] = true
