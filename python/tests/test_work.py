@@ -214,7 +214,7 @@ dist.destroy_process_group()
 def test_runtime_monitor_backs_off_under_calls(tmp_path):
     """A thread that keeps calling in does not make the Go runtime's monitor
     thread take its P back every 10 ms and wake every 20 µs
-    (capi/runtime.go schedTick): no library thread sleeps and wakes more
+    (libgodist/gosched): no library thread sleeps and wakes more
     than 1000 times a second during a loop of small ops. Without the fix
     the monitor alone did 2,000 (this VM) to 50,000 (20 µs sleeps) a second."""
     import os
