@@ -1,6 +1,7 @@
 package libgodist
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -60,5 +61,49 @@ func BenchmarkInlineAllReduceShm(b *testing.B) {
 	}
 	if err := <-done; err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkTCPAllReduce measures a synchronous float32 all-reduce over the
+// TCP transport (loopback) with the ranks as goroutines of this process:
+// the ring's pipelining and the transport's sends and reads, without
+// Python. Sub-benchmarks by world size and bytes; SetBytes is the buffer
+// size, so MB/s is algbw.
+func BenchmarkTCPAllReduce(b *testing.B) {
+	for _, n := range []int{2, 4, 8} {
+		for _, size := range []int{2 << 20, 64 << 20} {
+			b.Run(fmt.Sprintf("P%d/%dMiB", n, size>>20), func(b *testing.B) {
+				pgs := connectGroup(b, n, TransportTCP)
+				a := ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}
+				bufs := make([][]byte, n)
+				for r := range bufs {
+					bufs[r] = make([]byte, size)
+				}
+				b.SetBytes(int64(size))
+				iters := b.N
+				errs := make(chan error, n)
+				b.ResetTimer()
+				for r := range pgs {
+					go func() {
+						for range iters {
+							w, err := pgs[r].AllReduce(bufs[r], a, Opts{Inline: true})
+							if err == nil {
+								err = w.Err()
+							}
+							if err != nil {
+								errs <- err
+								return
+							}
+						}
+						errs <- nil
+					}()
+				}
+				for range pgs {
+					if err := <-errs; err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
