@@ -89,11 +89,27 @@ func ringAllReduceSteps(c *comm, ch chunks, s reduceSpec, seg int, sq *sendQueue
 		}
 		return rs
 	}
-	for _, b := range segments(ch.at(r), seg) {
+	own := segments(ch.at(r), seg)
+	for _, b := range own {
 		sq.push(0, b)
+	}
+	// With a core per rank and several segments a step, a goroutine of
+	// its own reduces (ring_reducer.go) while this one reads on.
+	var rr *ringReducer
+	reduced := -1 // the last step rr has finished
+	if c.spare && len(own) > 1 && n > 1 {
+		rr = newRingReducer(s, sq, n-1, len(own)+1)
+		defer rr.finish()
 	}
 	pending := post(0)
 	for k := 0; k < steps; k++ {
+		if rr != nil && k >= 1 && k+1 < n-1 {
+			// Step k+1 receives into the scratch chunk step k-1 filled.
+			if err := rr.waitStep(c.ctx, k-1, &reduced); err != nil {
+				cancelAll(pending, err)
+				return err
+			}
+		}
 		var next []*transport.Recv
 		if k+1 < steps {
 			next = post(k + 1)
@@ -106,7 +122,12 @@ func ringAllReduceSteps(c *comm, ch chunks, s reduceSpec, seg int, sq *sendQueue
 				return err
 			}
 			d := ds[j]
-			if k < n-1 {
+			switch {
+			case k < n-1 && rr != nil:
+				rr.add(k, d, t[:len(d)], k+1 < steps)
+				t = t[len(d):]
+				continue
+			case k < n-1:
 				if err := s.combine(d, t[:len(d)]); err != nil {
 					cancelAll(pending[j+1:], err)
 					cancelAll(next, err)
@@ -118,7 +139,15 @@ func ringAllReduceSteps(c *comm, ch chunks, s reduceSpec, seg int, sq *sendQueue
 				sq.push(uint16(k+1), d)
 			}
 		}
+		if k < n-1 && rr != nil {
+			rr.endStep(k)
+		}
 		pending = next
+	}
+	if rr != nil {
+		if err := rr.finish(); err != nil {
+			return err
+		}
 	}
 	// Recycled only on success: after a failure a cancelled receive is
 	// settled, but keep it simple and let the collector have them.

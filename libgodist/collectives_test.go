@@ -93,13 +93,20 @@ func TestAllReduceSumAndMax(t *testing.T) {
 	// Recursive doubling, the ring with one segment per chunk, and the ring
 	// with chunks cut into many segments (some a partial element long,
 	// rounded up to one element).
-	for _, mode := range []struct{ rdMax, seg int }{{1 << 20, 512 << 10}, {16, 512 << 10}, {16, 24}, {16, 3}} {
+	// spare: the ring reduces on a goroutine of its own (ring_reducer.go).
+	for _, mode := range []struct {
+		rdMax, seg int
+		spare      bool
+	}{{1 << 20, 512 << 10, false}, {16, 512 << 10, false}, {16, 24, false}, {16, 3, false}, {16, 24, true}, {16, 3, true}} {
 		allReduceRDMax, ringSegment = mode.rdMax, mode.seg
 		for _, n := range worldSizes {
 			for _, count := range []int{0, 1, 7, 1000} {
 				for _, op := range []reduce.Op{reduce.Sum, reduce.Max, reduce.Avg} {
-					t.Run(fmt.Sprintf("rd%d/seg%d/n%d/c%d/%v", mode.rdMax, mode.seg, n, count, op), func(t *testing.T) {
+					t.Run(fmt.Sprintf("rd%d/seg%d/spare=%v/n%d/c%d/%v", mode.rdMax, mode.seg, mode.spare, n, count, op), func(t *testing.T) {
 						pgs, _ := group(t, n, 5*time.Second)
+						for _, pg := range pgs {
+							pg.spare = mode.spare
+						}
 						bufs := make([][]byte, n)
 						want := make([]int64, count)
 						for r := 0; r < n; r++ {

@@ -17,6 +17,7 @@ type comm struct {
 	seq   uint64
 	rank  int
 	size  int
+	spare bool // this host's ranks fit its cores: an algorithm may keep a second thread busy
 }
 
 func (c *comm) tag(step uint16) transport.Tag { return transport.CollTag(c.seq, step) }

@@ -205,7 +205,7 @@ func (pg *ProcessGroup) runTask(t *task) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(pg.ctx, t.timeout)
-	c := &comm{tr: pg.tr, arena: pg.arena, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size}
+	c := &comm{tr: pg.tr, arena: pg.arena, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare}
 	err := safeRun(t.run, c)
 	cancel()
 	if err != nil {

@@ -43,6 +43,7 @@ type ProcessGroup struct {
 	tr    transport.Transport
 	arena *shm.Arena  // shared memory of co-located ranks, or nil
 	rdv   *rendezvous // nil once connected or for in-memory groups
+	spare bool        // this host's ranks of the group fit its cores (set at rendezvous)
 
 	seq     atomic.Uint64 // last sequence number handed out
 	entered atomic.Uint64 // sequence number of the collective running or last run

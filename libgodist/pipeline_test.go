@@ -33,29 +33,34 @@ func TestRingPipelineTCP(t *testing.T) {
 	defer func(v, s int) { allReduceRDMax, ringSegment = v, s }(allReduceRDMax, ringSegment)
 	allReduceRDMax, ringSegment = 16, 4000
 	for _, n := range []int{2, 3, 4} {
-		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
-			pgs := connectGroup(t, n, TransportTCP)
-			for _, count := range []int{5, 10_007, 100_003} {
-				bufs := make([][]byte, n)
-				want := make([]int64, count)
-				for r := range bufs {
-					in := input(r, count)
-					bufs[r] = make([]byte, 4*count)
-					for i, v := range in {
-						binary.LittleEndian.PutUint32(bufs[r][4*i:], math.Float32bits(float32(v)))
-						want[i] += v
+		for _, spare := range []bool{false, true} {
+			t.Run(fmt.Sprintf("n%d/spare=%v", n, spare), func(t *testing.T) {
+				pgs := connectGroup(t, n, TransportTCP)
+				for _, pg := range pgs {
+					pg.spare = spare // reduce on the caller's goroutine, or on one of the ring's own
+				}
+				for _, count := range []int{5, 10_007, 100_003} {
+					bufs := make([][]byte, n)
+					want := make([]int64, count)
+					for r := range bufs {
+						in := input(r, count)
+						bufs[r] = make([]byte, 4*count)
+						for i, v := range in {
+							binary.LittleEndian.PutUint32(bufs[r][4*i:], math.Float32bits(float32(v)))
+							want[i] += v
+						}
+					}
+					requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+						return pg.AllReduce(bufs[r], ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}, Opts{})
+					}))
+					for r := range bufs {
+						require.Equal(t, bufs[0], bufs[r], "rank %d differs from rank 0", r)
+					}
+					for i, w := range want {
+						require.Equal(t, float32(w), math.Float32frombits(binary.LittleEndian.Uint32(bufs[0][4*i:])), "element %d", i)
 					}
 				}
-				requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
-					return pg.AllReduce(bufs[r], ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}, Opts{})
-				}))
-				for r := range bufs {
-					require.Equal(t, bufs[0], bufs[r], "rank %d differs from rank 0", r)
-				}
-				for i, w := range want {
-					require.Equal(t, float32(w), math.Float32frombits(binary.LittleEndian.Uint32(bufs[0][4*i:])), "element %d", i)
-				}
-			}
-		})
+			})
+		}
 	}
 }

@@ -136,8 +136,10 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 	pg.tr = tr
 	pg.mu.Unlock()
 	if sameHost(me, recs) <= runtime.NumCPU() {
-		// Every rank here can have a core: waiters read their sockets.
+		// Every rank here can have a core: waiters read their sockets,
+		// and the ring reduces on a goroutine of its own.
 		tr.SetSpin(tcpSpin)
+		pg.spare = true
 	}
 	arena, err := pg.setupShm(ctx, me, recs, session)
 	if err != nil {
