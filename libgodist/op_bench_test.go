@@ -35,29 +35,9 @@ func BenchmarkInlineAllReduceShm(b *testing.B) {
 	b.ReportAllocs()
 	done := make(chan error, 1)
 	n := b.N
-	go func() {
-		buf := make([]byte, 8)
-		for i := 0; i < n; i++ {
-			w, err := pgs[1].AllReduce(buf, a, Opts{Inline: true})
-			if err == nil {
-				err = w.Err()
-			}
-			if err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	buf := make([]byte, 8)
-	for i := 0; i < n; i++ {
-		w, err := pgs[0].AllReduce(buf, a, Opts{Inline: true})
-		if err == nil {
-			err = w.Err()
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
+	go func() { done <- allReduceN(pgs[1], make([]byte, 8), a, n) }()
+	if err := allReduceN(pgs[0], make([]byte, 8), a, n); err != nil {
+		b.Fatal(err)
 	}
 	if err := <-done; err != nil {
 		b.Fatal(err)
@@ -84,19 +64,7 @@ func BenchmarkTCPAllReduce(b *testing.B) {
 				errs := make(chan error, n)
 				b.ResetTimer()
 				for r := range pgs {
-					go func() {
-						for range iters {
-							w, err := pgs[r].AllReduce(bufs[r], a, Opts{Inline: true})
-							if err == nil {
-								err = w.Err()
-							}
-							if err != nil {
-								errs <- err
-								return
-							}
-						}
-						errs <- nil
-					}()
+					go func() { errs <- allReduceN(pgs[r], bufs[r], a, iters) }()
 				}
 				for range pgs {
 					if err := <-errs; err != nil {
@@ -106,4 +74,18 @@ func BenchmarkTCPAllReduce(b *testing.B) {
 			})
 		}
 	}
+}
+
+// allReduceN runs n synchronous all-reduces of buf on pg.
+func allReduceN(pg *ProcessGroup, buf []byte, a ReduceArgs, n int) error {
+	for range n {
+		w, err := pg.AllReduce(buf, a, Opts{Inline: true})
+		if err == nil {
+			err = w.Err()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

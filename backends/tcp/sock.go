@@ -125,66 +125,48 @@ func (s *sock) read(b []byte) (int, error) {
 // until deadline (zero: none). A partial write is reported with its
 // error.
 func (s *sock) write(b []byte, deadline time.Time, full func()) error {
-	if !s.acquire() {
-		return net.ErrClosed
-	}
-	defer s.mu.RUnlock()
-	ioRelease()
-	for len(b) > 0 {
-		// send(2) with MSG_NOSIGNAL: a peer that hung up is an error, not
-		// a SIGPIPE.
-		r, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(s.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), syscall.MSG_NOSIGNAL, 0, 0)
-		switch e {
-		case 0:
-			b = b[r:]
-			continue
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-		default:
-			return s.opErr("write", e)
-		}
-		if full != nil {
-			full()
-		}
-		if err := s.pollLocked(pollOut, deadline); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.writeParts([][]byte{b}, len(b), deadline, full)
 }
 
-// writeFrame writes one frame (header, payload, zero padding) with
-// sendmsg(2), gathering the parts in each call, in pieces of at most chunk
-// bytes. The header never goes out on its own: a header alone on the wire
-// wakes a receiver that then finds no payload and sleeps again (two
-// wake-ups per message; a 32 KiB ping-pong ran at half gloo's speed with
-// 8 ranks on 2 cores). Pieces bound one call because one huge write holds
-// the socket's lock while it copies, so the peer's acknowledgements queue
-// in the backlog and the window opens late.
+// writeFrame writes one frame (header, payload, zero padding), gathering
+// the parts in each sendmsg(2), in pieces of at most chunk bytes. The
+// header never goes out on its own: a header alone on the wire wakes a
+// receiver that then finds no payload and sleeps again (two wake-ups per
+// message; a 32 KiB ping-pong ran at half gloo's speed with 8 ranks on 2
+// cores). Pieces bound one call because one huge write holds the socket's
+// lock while it copies, so the peer's acknowledgements queue in the
+// backlog and the window opens late.
 func (s *sock) writeFrame(hdr, data []byte, chunk int, deadline time.Time, full func()) error {
+	parts := [3][]byte{hdr, data, zeroPad[:padding(len(data))]}
+	return s.writeParts(parts[:], chunk, deadline, full)
+}
+
+// writeParts writes the parts back to back with sendmsg(2), at most chunk
+// bytes (and three parts) a call, waiting in poll(2) while the socket is
+// full, until deadline (zero: none); each wait for room calls full first.
+// It consumes parts (the slices are advanced in place).
+func (s *sock) writeParts(parts [][]byte, chunk int, deadline time.Time, full func()) error {
 	if !s.acquire() {
 		return net.ErrClosed
 	}
 	defer s.mu.RUnlock()
 	ioRelease()
-	parts := [3][]byte{hdr, data, zeroPad[:padding(len(data))]}
-	left := parts[:]
+	chunk = max(chunk, 1)
 	var iov [3]syscall.Iovec
 	for {
-		for len(left) > 0 && len(left[0]) == 0 {
-			left = left[1:]
+		for len(parts) > 0 && len(parts[0]) == 0 {
+			parts = parts[1:]
 		}
-		if len(left) == 0 {
+		if len(parts) == 0 {
 			return nil
 		}
 		n, total := 0, 0
-		for _, b := range left {
+		for _, b := range parts {
 			if len(b) == 0 {
 				continue
 			}
 			k := min(len(b), chunk-total)
-			if k <= 0 {
+			if n == len(iov) || k <= 0 {
 				break
 			}
 			iov[n] = syscall.Iovec{Base: &b[0]}
@@ -199,11 +181,11 @@ func (s *sock) writeFrame(hdr, data []byte, chunk int, deadline time.Time, full 
 		switch e {
 		case 0:
 			for w := int(r); w > 0; {
-				k := min(w, len(left[0]))
-				left[0] = left[0][k:]
+				k := min(w, len(parts[0]))
+				parts[0] = parts[0][k:]
 				w -= k
-				if len(left[0]) == 0 {
-					left = left[1:]
+				if len(parts[0]) == 0 {
+					parts = parts[1:]
 				}
 			}
 			continue

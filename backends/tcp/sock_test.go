@@ -48,11 +48,22 @@ func readN(t *testing.T, s *sock, n int) []byte {
 }
 
 // TestFramesPaddedTo64: every frame takes a multiple of 64 bytes on the
-// wire: the header, the payload, then zeros (docs/wire.md), through both
-// the one-buffer path for small payloads and the chunked path.
+// wire: the header, the payload, then zeros (docs/wire.md), also when it
+// is written in pieces smaller than its header, its padding or its payload
+// (each sendmsg then gathers a piece that spans the parts' borders).
 func TestFramesPaddedTo64(t *testing.T) {
+	var cases [][2]int // payload bytes, piece size
 	for _, n := range []int{0, 1, 24, 63, 64, 65, 16<<10 - 1, 16<<10 + 1, 3*writeChunk + 7} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
+		cases = append(cases, [2]int{n, writeChunk})
+	}
+	for _, chunk := range []int{1, 7, 64, 100, 4096} {
+		for _, n := range []int{0, 1, 63, 65, 5000} {
+			cases = append(cases, [2]int{n, chunk})
+		}
+	}
+	for _, c := range cases {
+		n, chunk := c[0], c[1]
+		t.Run(fmt.Sprintf("n=%d/chunk=%d", n, chunk), func(t *testing.T) {
 			a, b := sockPair(t)
 			var hdr [headerSize]byte
 			putHeader(&hdr, header{kind: kindData, tag: 7, n: uint64(n)})
@@ -61,7 +72,7 @@ func TestFramesPaddedTo64(t *testing.T) {
 				payload[i] = byte(i*7 + 1)
 			}
 			errc := make(chan error, 1)
-			go func() { errc <- a.writeFrame(hdr[:], payload, writeChunk, time.Now().Add(10*time.Second), nil) }()
+			go func() { errc <- a.writeFrame(hdr[:], payload, chunk, time.Now().Add(10*time.Second), nil) }()
 			wire := n + padding(n)
 			require.Zero(t, wire%frameAlign)
 			got := readN(t, b, headerSize+wire)
@@ -239,31 +250,5 @@ func TestWaitAllOverTCP(t *testing.T) {
 			require.ErrorIs(t, err, transport.ErrConnLost)
 			require.Less(t, time.Since(start), 5*time.Second)
 		})
-	}
-}
-
-// TestFrameInSmallPieces: a frame written in pieces smaller than its
-// header, than its padding and than its payload (each sendmsg gathers a
-// piece that spans the parts' borders) arrives byte for byte.
-func TestFrameInSmallPieces(t *testing.T) {
-	for _, chunk := range []int{1, 7, 64, 100, 4096} {
-		for _, n := range []int{0, 1, 63, 65, 5000} {
-			t.Run(fmt.Sprintf("chunk=%d/n=%d", chunk, n), func(t *testing.T) {
-				a, b := sockPair(t)
-				var hdr [headerSize]byte
-				putHeader(&hdr, header{kind: kindData, tag: 3, n: uint64(n)})
-				payload := make([]byte, n)
-				for i := range payload {
-					payload[i] = byte(i*5 + 3)
-				}
-				errc := make(chan error, 1)
-				go func() { errc <- a.writeFrame(hdr[:], payload, chunk, time.Now().Add(10*time.Second), nil) }()
-				got := readN(t, b, headerSize+n+padding(n))
-				require.NoError(t, <-errc)
-				require.Equal(t, hdr[:], got[:headerSize])
-				require.True(t, bytes.Equal(payload, got[headerSize:headerSize+n]), "payload differs")
-				require.Equal(t, make([]byte, padding(n)), got[headerSize+n:])
-			})
-		}
 	}
 }
