@@ -94,9 +94,8 @@ func (p *peer) kick() {
 
 // rest keeps the reader goroutine off the socket while waiters read it
 // themselves, and for linger to restMax after the last one stopped (see
-// restMax): a reader asleep
-// on the socket is woken by every arrival, which the waiter consumes
-// anyway. Bytes that arrive while it rests wait in the socket; a waiter
+// restMax): a reader asleep on the socket is woken by every arrival, which
+// the waiter consumes anyway. Bytes that arrive while it rests wait in the socket; a waiter
 // that leaves with bytes unread, a send that finds the socket full, and
 // closing kick it.
 func (p *peer) rest(t *Transport) {

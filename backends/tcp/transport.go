@@ -174,9 +174,14 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 			// if some are left, else it would go straight back to
 			// sleep on the socket and wake with us for the next
 			// message (two threads woken per message). Bytes that come
-			// later reach it when it stops resting (linger).
-			if p.rd.missed.Load() && p.sk.readable() {
-				p.kick()
+			// later reach it when it stops resting (linger), or the
+			// waiter that holds the role then.
+			if p.rd.missed.Load() {
+				if p.sk.readable() {
+					p.kick()
+				} else {
+					p.rd.missed.Store(false)
+				}
 			}
 		}
 	}()
