@@ -134,7 +134,7 @@ func (e *executor) release() {
 func (e *executor) drain() {
 	var tick gosched.Ticker // see libgodist/gosched
 	for {
-		tick.Tick()
+		tick.Tick(time.Now())
 		e.mu.Lock()
 		if len(e.queue) == 0 || e.busy {
 			e.running = false

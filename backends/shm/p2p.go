@@ -318,7 +318,7 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 	}
 	var tick gosched.Ticker // see libgodist/gosched
 	for !a.closing.Load() {
-		tick.Tick()
+		tick.Tick(time.Now())
 		b := bell.Load()
 		if (waiters.Load() > 0 && !st.streaming.Load()) || !st.role.TryLock() {
 			// A waiter reads the rings (Progress): stand aside. Senders do

@@ -121,7 +121,7 @@ func (a *Arena) waitLoopWith(pol *WaitPolicy, ready func() bool, word *uint32, s
 			}
 			return err
 		}
-		tick.Tick() // see libgodist/gosched
+		tick.Tick(now) // see libgodist/gosched
 		if now.Sub(start) < pol.Spin+pol.Yield {
 			a.yield()
 		} else {

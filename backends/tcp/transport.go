@@ -225,7 +225,7 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 		if got {
 			end = now.Add(spin)
 		}
-		tick.Tick() // see libgodist/gosched
+		tick.Tick(now) // see libgodist/gosched
 		if now.Before(end) {
 			for i := range ready {
 				ready[i] = true

@@ -53,17 +53,17 @@ func Tick() {
 
 // Ticker passes one goroutine through the scheduler every Period from its
 // first Tick. The zero value is ready; one goroutine uses it.
-type Ticker struct{ next int64 }
+type Ticker struct{ next time.Time }
 
 // Tick passes through the scheduler if Period has gone by since the
-// previous pass (or, the first time, since this call).
-func (k *Ticker) Tick() {
-	t := now()
+// previous pass (or, the first time, since this call). now is the time
+// the caller's loop has just read: no clock read of its own.
+func (k *Ticker) Tick(now time.Time) {
 	switch {
-	case k.next == 0:
-		k.next = t + int64(Period)
-	case t >= k.next:
-		k.next = t + int64(Period)
+	case k.next.IsZero():
+		k.next = now.Add(Period)
+	case !now.Before(k.next):
+		k.next = now.Add(Period)
 		runtime.Gosched()
 	}
 }

@@ -28,14 +28,14 @@ func TestTickRateLimited(t *testing.T) {
 // the next ones every Period.
 func TestTicker(t *testing.T) {
 	var k Ticker
-	k.Tick()
+	start := time.Now()
+	k.Tick(start)
 	first := k.next
-	require.NotZero(t, first)
-	for range 1000 {
-		k.Tick()
+	require.Equal(t, start.Add(Period), first)
+	for i := range 1000 {
+		k.Tick(start.Add(time.Duration(i) * time.Microsecond))
 	}
-	require.Equal(t, first, k.next)
-	time.Sleep(Period + time.Millisecond)
-	k.Tick()
-	require.Greater(t, k.next, first)
+	require.Equal(t, first, k.next, "a tick within Period passed through the scheduler")
+	k.Tick(start.Add(Period))
+	require.Equal(t, start.Add(2*Period), k.next)
 }
