@@ -1,7 +1,10 @@
 package scratch
 
 import (
+	"runtime"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -43,4 +46,78 @@ func BenchmarkGetPut1MiB(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		Put(Get(1 << 20))
 	}
+}
+
+// A buffer given back on one thread is handed out again on another (a
+// sync.Pool keeps it in the private slot of the P it was put on).
+func TestReuseAcrossThreads(t *testing.T) {
+	const n = 3 << 20
+	put := make(chan uintptr)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		b := Get(n)
+		p := uintptr(unsafe.Pointer(&b[0]))
+		Put(b)
+		put <- p
+	}()
+	p := <-put
+	got := make(chan uintptr)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		b := Get(n)
+		got <- uintptr(unsafe.Pointer(&b[0]))
+		Put(b)
+	}()
+	require.Equal(t, p, <-got, "the buffer given back was not reused")
+}
+
+func TestKeptIsBounded(t *testing.T) {
+	drain(t)
+	k := class(1 << 20)
+	var bs [][]byte
+	for range perClass(k) + 10 {
+		bs = append(bs, Get(1<<20))
+	}
+	for _, b := range bs {
+		Put(b)
+	}
+	require.Equal(t, perClass(k)<<20, Kept())
+	require.Equal(t, 256, perClass(class(1<<20)))
+	require.Equal(t, 4, perClass(class(1<<30)))
+	require.Equal(t, 256, perClass(class(4096)))
+	drain(t)
+}
+
+func TestIdleBuffersAreDropped(t *testing.T) {
+	drain(t)
+	base := time.Now()
+	clock := base
+	now = func() time.Time { return clock }
+	defer func() { now = time.Now }()
+
+	Put(make([]byte, 8192))
+	clock = base.Add(idleDrop / 2)
+	Put(make([]byte, 1<<16))
+	require.Equal(t, 8192+1<<16, Kept())
+	clock = base.Add(idleDrop + time.Second) // the first is idle long enough
+	b := Get(100 << 10)                      // another class: nothing kept there
+	require.Equal(t, 1<<16, Kept())
+	Put(b)
+	clock = base.Add(3 * idleDrop)
+	Get(4096)
+	require.Equal(t, 0, Kept())
+}
+
+// drain empties the free lists.
+func drain(t *testing.T) {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	for k := range classes {
+		classes[k] = nil
+	}
+	kept = 0
+	trimmed = time.Time{}
 }
