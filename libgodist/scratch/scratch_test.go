@@ -2,6 +2,8 @@ package scratch
 
 import (
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -48,29 +50,39 @@ func BenchmarkGetPut1MiB(b *testing.B) {
 	}
 }
 
-// A buffer given back on one thread is handed out again on another (a
-// sync.Pool keeps it in the private slot of the P it was put on).
-func TestReuseAcrossThreads(t *testing.T) {
-	const n = 3 << 20
-	put := make(chan uintptr)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		b := Get(n)
-		p := uintptr(unsafe.Pointer(&b[0]))
-		Put(b)
-		put <- p
-	}()
-	p := <-put
-	got := make(chan uintptr)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		b := Get(n)
-		got <- uintptr(unsafe.Pointer(&b[0]))
-		Put(b)
-	}()
-	require.Equal(t, p, <-got, "the buffer given back was not reused")
+// Buffers given back on several Ps at once are all handed out again on
+// one (a sync.Pool keeps each in the private slot of the P it was put on,
+// out of the others' reach).
+func TestReuseAcrossPs(t *testing.T) {
+	const k = 4
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(k))
+	drain(t)
+	var running atomic.Int32
+	put := make(chan uintptr, k)
+	var wg sync.WaitGroup
+	for range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := Get(3 << 20)
+			running.Add(1)
+			for running.Load() < k { // all k at once: each on a P of its own
+			}
+			put <- uintptr(unsafe.Pointer(&b[0]))
+			Put(b)
+		}()
+	}
+	wg.Wait()
+	close(put)
+	want := map[uintptr]bool{}
+	for p := range put {
+		want[p] = true
+	}
+	for range k {
+		b := Get(3 << 20)
+		require.True(t, want[uintptr(unsafe.Pointer(&b[0]))], "a buffer given back was not reused")
+	}
+	drain(t)
 }
 
 func TestKeptIsBounded(t *testing.T) {
