@@ -124,8 +124,8 @@ func trimLocked(t time.Time) {
 	}
 }
 
-// Kept reports the bytes the free lists hold now.
-func Kept() int {
+// keptBytes reports the bytes the free lists hold now.
+func keptBytes() int {
 	mu.Lock()
 	defer mu.Unlock()
 	return kept

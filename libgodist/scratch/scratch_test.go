@@ -95,7 +95,7 @@ func TestKeptIsBounded(t *testing.T) {
 	for _, b := range bs {
 		Put(b)
 	}
-	require.Equal(t, perClass(k)<<20, Kept())
+	require.Equal(t, perClass(k)<<20, keptBytes())
 	require.Equal(t, 256, perClass(class(1<<20)))
 	require.Equal(t, 4, perClass(class(1<<30)))
 	require.Equal(t, 256, perClass(class(4096)))
@@ -112,14 +112,14 @@ func TestIdleBuffersAreDropped(t *testing.T) {
 	Put(make([]byte, 8192))
 	clock = base.Add(idleDrop / 2)
 	Put(make([]byte, 1<<16))
-	require.Equal(t, 8192+1<<16, Kept())
+	require.Equal(t, 8192+1<<16, keptBytes())
 	clock = base.Add(idleDrop + time.Second) // the first is idle long enough
 	b := Get(100 << 10)                      // another class: nothing kept there
-	require.Equal(t, 1<<16, Kept())
+	require.Equal(t, 1<<16, keptBytes())
 	Put(b)
 	clock = base.Add(3 * idleDrop)
 	Get(4096)
-	require.Equal(t, 0, Kept())
+	require.Equal(t, 0, keptBytes())
 }
 
 // drain empties the free lists.
