@@ -131,14 +131,15 @@ func (p *peer) rest(t *Transport) {
 	}
 }
 
-// readLoop delivers frames while no one else reads the socket, sleeping
-// in poll(2) while it is empty, until the connection ends. It reports how
+// readLoop delivers frames while no one else reads the socket, parked in
+// Go's network poller while it is empty (sock.park), until the connection
+// ends. It reports how
 // it ended through t.peerEnded.
 func (p *peer) readLoop(t *Transport) {
 	defer close(p.readerDone)
 	for {
 		p.rest(t)
-		if _, err := p.sk.waitReadable(time.Time{}); err != nil {
+		if err := p.sk.park(); err != nil {
 			t.peerEnded(p, err)
 			return
 		}
