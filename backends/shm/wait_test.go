@@ -34,3 +34,17 @@ func TestWaitDoesNotBurnCPU(t *testing.T) {
 		})
 	}
 }
+
+// TestDefaultSleepsStayUnderTakeBack: no sleep of the default policy lasts
+// as long as the 10 ms after which the Go runtime's monitor takes the P of
+// a goroutine in a system call (see WaitPolicy.Idle).
+func TestDefaultSleepsStayUnderTakeBack(t *testing.T) {
+	for _, size := range []int{1, 2, 3, 4, 8, 64} {
+		p := DefaultWaitPolicy(size)
+		require.NoError(t, p.check())
+		for name, d := range map[string]time.Duration{"Sleep": p.Sleep, "Idle": p.Idle, "Liveness": p.Liveness} {
+			require.LessOrEqual(t, d, maxSyscallSleep, "size %d: %s", size, name)
+		}
+		require.Less(t, maxSyscallSleep, 10*time.Millisecond)
+	}
+}

@@ -252,3 +252,51 @@ func TestWaitAllOverTCP(t *testing.T) {
 		})
 	}
 }
+
+// TestParkWakesOnDataAndBreak: a goroutine parked in the network poller
+// (park) wakes when bytes arrive, when the peer hangs up and when the
+// socket is shut locally, leaves the bytes in the socket, and can park
+// again (the descriptor it registers is its own).
+func TestParkWakesOnDataAndBreak(t *testing.T) {
+	park := func(s *sock) <-chan error {
+		c := make(chan error, 1)
+		go func() { c <- s.park() }()
+		return c
+	}
+	wait := func(c <-chan error) error {
+		select {
+		case err := <-c:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("park did not return")
+			return nil
+		}
+	}
+	a, b := sockPair(t)
+	for i := 0; i < 3; i++ {
+		c := park(b)
+		select {
+		case err := <-c:
+			t.Fatalf("park returned (%v) with nothing to read", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		require.NoError(t, a.write([]byte{byte(i)}, time.Time{}, nil))
+		require.NoError(t, wait(c))
+		require.NoError(t, wait(park(b)), "bytes still unread: park returns at once")
+		require.Equal(t, []byte{byte(i)}, readN(t, b, 1))
+	}
+	// The peer hangs up: readable (end of stream).
+	c := park(b)
+	a.release()
+	require.NoError(t, wait(c))
+	_, err := b.read(make([]byte, 1))
+	require.ErrorIs(t, err, io.EOF)
+	// Shut locally while parked.
+	x, y := sockPair(t)
+	_ = x
+	c = park(y)
+	time.Sleep(20 * time.Millisecond)
+	y.shut()
+	require.ErrorIs(t, wait(c), net.ErrClosed)
+	require.ErrorIs(t, y.park(), net.ErrClosed)
+}
