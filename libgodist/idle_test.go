@@ -37,8 +37,8 @@ func goroutineStates() map[string]string {
 
 // TestIdleGroupWaitsParked: while a group is idle, its background
 // goroutines that may wait for as long as the group lives (the TCP reader
-// of each peer, the control loop answering progress queries) are parked,
-// not asleep in a system call. A goroutine in a system call keeps its P,
+// of each peer, the shared-memory receiver, the control loop answering
+// progress queries) are parked, not asleep in a system call. A goroutine in a system call keeps its P,
 // and the runtime's monitor takes back a P held 10 ms in one call, then
 // polls every 20 µs again: idle groups kept it (and the CPU) busy.
 func TestIdleGroupWaitsParked(t *testing.T) {
@@ -54,7 +54,7 @@ func TestIdleGroupWaitsParked(t *testing.T) {
 				time.Sleep(30 * time.Millisecond)
 				bad, found = bad[:0], map[string]int{}
 				for stack, state := range goroutineStates() {
-					for _, fn := range []string{"libgodist.(*ProcessGroup).controlLoop", "tcp.(*peer).readLoop"} {
+					for _, fn := range []string{"libgodist.(*ProcessGroup).controlLoop", "tcp.(*peer).readLoop", "shm.(*Arena).recvLoop"} {
 						if !strings.Contains(stack, fn) {
 							continue
 						}
@@ -71,6 +71,8 @@ func TestIdleGroupWaitsParked(t *testing.T) {
 			require.Equal(t, 3, found["libgodist.(*ProcessGroup).controlLoop"])
 			if tr == TransportTCP {
 				require.Equal(t, 6, found["tcp.(*peer).readLoop"])
+			} else {
+				require.Equal(t, 3, found["shm.(*Arena).recvLoop"])
 			}
 			require.Empty(t, bad)
 		})

@@ -123,6 +123,7 @@ func Open(ctx context.Context, cfg Config) (*Arena, error) {
 		return nil, err
 	}
 	a.p2p.init(a.size)
+	a.p2p.door.base = doorBase(a.path)
 	a.spr.on = a.pol.Spread && a.sameProc <= 1
 	return a, nil
 }
@@ -373,6 +374,7 @@ func (a *Arena) shutdown(state uint32) {
 		a.life.RUnlock()
 		a.p2p.stop()
 		a.life.Lock()
+		a.closeDoor() // no operation (ringDoor) runs now
 		a.closed = true
 		_ = unmap(a.mem)
 		a.mem, a.base = nil, nil
@@ -397,8 +399,7 @@ func (a *Arena) wakeAll() {
 		futexWake(a.low(c + ctlR))
 		a.u32(c + ctlBell).Add(1) // a receiver about to sleep sees the change
 		futexWake((*uint32)(a.ptr(c + ctlBell)))
-		a.u32(c + ctlIdle).Add(1)
-		futexWake((*uint32)(a.ptr(c + ctlIdle)))
+		a.wakeIdleOf(r)
 		if r != a.rank {
 			futexWake(a.low(a.lay.ch(a.rank, r) + chTail))
 		}

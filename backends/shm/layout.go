@@ -58,12 +58,16 @@ const (
 	// senders (multi-writer) and, at +4, u32 count of this rank's
 	// goroutines sleeping on it (waiters in Progress, readers of a
 	// streamed message). The receiver goroutine sleeps on its own word
-	// when idle (ctlIdle, with its sleeping flag at ctlIdle+4), which
+	// when idle (ctlIdle, or its doorbell socket: the flag at ctlIdle+4
+	// says which, see p2p_door.go), which
 	// senders wake only while no waiter is present (ctlWaiters: how many
 	// goroutines of this rank are in Progress).
 	ctlBell    = ctlBlock + 2*blockSize // 896
 	ctlIdle    = ctlBell + 8
 	ctlWaiters = ctlBell + 16
+	// ctlDoorOff: u32, non-zero once a peer could not ring this rank's
+	// doorbell socket (p2p_door.go): its idle receiver sleeps on ctlIdle.
+	ctlDoorOff = ctlBell + 20
 	ctlStride  = 1024
 
 	// Step block fields.

@@ -60,6 +60,9 @@ type p2pState struct {
 	streaming atomic.Bool
 	// directOK: per source, a single-copy read has worked; guarded by role.
 	directOK []bool
+	// door is the idle receiver's doorbell socket (p2p_door.go); set by
+	// Attach before the receiver starts, closed after it exits.
+	door door
 }
 
 func (st *p2pState) init(size int) {
@@ -69,6 +72,7 @@ func (st *p2pState) init(size int) {
 	st.tails = make([]uint64, size)
 	st.gone = make([]bool, size)
 	st.directOK = make([]bool, size)
+	st.door.out.Store(-1)
 }
 
 func (st *p2pState) mailbox() *transport.Mailbox {
@@ -114,6 +118,7 @@ func (a *Arena) Attach(mb *transport.Mailbox) error {
 	st.done = make(chan struct{})
 	done := st.done
 	st.mu.Unlock()
+	a.openDoor()
 	go a.recvLoop(mb, done) // keeps the shared hold on a.life until it exits
 	return nil
 }
@@ -241,9 +246,8 @@ func (a *Arena) ring(peer int) {
 	if a.u32(c+ctlBell+4).Load() != 0 {
 		futexWake((*uint32)(a.ptr(c + ctlBell)))
 	}
-	if a.u32(c+ctlWaiters).Load() == 0 && a.u32(c+ctlIdle+4).Load() != 0 {
-		a.u32(c + ctlIdle).Add(1)
-		futexWake((*uint32)(a.ptr(c + ctlIdle)))
+	if a.u32(c+ctlWaiters).Load() == 0 && a.u32(c+ctlIdle+4).Load() != sleepNone {
+		a.wakeIdleOf(peer)
 	}
 }
 
@@ -308,13 +312,24 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 	nextCheck := idleSince
 	// sleep waits for a sender (or a departing waiter) to wake this
 	// goroutine; b is the doorbell value seen before the last scan.
-	sleep := func(b uint32) {
+	// (On the doorbell socket only when deep: waking a goroutine parked in
+	// the network poller takes a thread hop more than a futex, which a
+	// waiter handing a streamed message over would pay every time.)
+	sleep := func(b uint32, deep bool) {
 		v := idle.Load()
-		idleSleeping.Store(1)
-		if bell.Load() == b && !a.closing.Load() {
-			futexWait((*uint32)(a.ptr(idleOff)), v, a.pol.Idle)
+		mode := uint32(sleepFutex)
+		if deep && a.doorUsable() {
+			mode = sleepDoor
 		}
-		idleSleeping.Store(0)
+		idleSleeping.Store(mode)
+		if bell.Load() == b && !a.closing.Load() {
+			if mode == sleepDoor {
+				a.parkOnDoor(idlePark)
+			} else {
+				futexWait((*uint32)(a.ptr(idleOff)), v, a.pol.Idle)
+			}
+		}
+		idleSleeping.Store(sleepNone)
 	}
 	var tick gosched.Ticker // see libgodist/gosched
 	for !a.closing.Load() {
@@ -324,7 +339,8 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 			// A waiter reads the rings (Progress): stand aside. Senders do
 			// not wake this goroutine while a waiter is there.
 			if waiters.Load() > 0 {
-				sleep(b)
+				sleep(b, false)
+				idleSince = time.Now() // the rank is at work
 				// Peers are watched here all the same.
 				if now := time.Now(); !now.Before(nextCheck) && st.role.TryLock() {
 					nextCheck = now.Add(a.pol.Liveness)
@@ -360,7 +376,7 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 			a.yield()
 			continue
 		}
-		sleep(b)
+		sleep(b, now.Sub(idleSince) >= deepIdle)
 		nextCheck = time.Time{} // check the peers after every sleep
 	}
 }
@@ -412,11 +428,7 @@ func (a *Arena) scan(mb *transport.Mailbox, whole bool) bool {
 }
 
 // wakeIdle wakes this rank's receiver goroutine from its idle sleep.
-func (a *Arena) wakeIdle() {
-	idle := a.ctl(a.rank) + ctlIdle
-	a.u32(idle).Add(1)
-	futexWake((*uint32)(a.ptr(idle)))
-}
+func (a *Arena) wakeIdle() { a.wakeIdleOf(a.rank) }
 
 // kick rings this rank's own doorbell, waking goroutines in Progress.
 func (a *Arena) kick() {

@@ -186,3 +186,19 @@ func mapFD(fd, n int) ([]byte, error) {
 func unmap(mem []byte) error { return syscall.Munmap(mem) }
 
 func unlink(path string) error { return syscall.Unlink(path) }
+
+// dgramSocket opens an unbound, non-blocking Unix datagram socket.
+func dgramSocket() (int, error) {
+	return syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+}
+
+// sendDatagram sends one byte from fd to the abstract Unix address addr.
+// A full queue at the receiver is not an error (it is being woken).
+func sendDatagram(fd int, addr string) error {
+	b := [1]byte{1}
+	err := syscall.Sendto(fd, b[:], syscall.MSG_DONTWAIT, &syscall.SockaddrUnix{Name: "@" + addr})
+	if err == syscall.EAGAIN {
+		return nil
+	}
+	return err
+}

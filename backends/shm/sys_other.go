@@ -28,4 +28,6 @@ func unmap(mem []byte) error                                   { return nil }
 func unlink(path string) error                                 { return nil }
 func currentCPU() (int, bool)                                  { return 0, false }
 func getAffinity(m *cpuMask) bool                              { return false }
+func dgramSocket() (int, error)                                { return -1, ErrUnsupported }
+func sendDatagram(fd int, addr string) error                   { return ErrUnsupported }
 func setAffinity(m *cpuMask) bool                              { return false }
