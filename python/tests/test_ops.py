@@ -105,12 +105,14 @@ def p2p_worker(rank, n, init_file):
     init(rank, n, init_file, gloo_group=False)
     bad = []
     if n > 1:
-        # recv from any source reports the sender
+        # recv from any source reports the sender. Its own tag: a rank done
+        # with this phase may already send the next phases' messages to rank
+        # 0, and a tag-0 receive from any source could match those.
         if rank == 0:
             got = set()
             for _ in range(n - 1):
                 t = torch.zeros(2)
-                w = dist.irecv(t, src=None)
+                w = dist.irecv(t, src=None, tag=7)
                 w.wait()
                 src = w._source_rank()
                 if t[0].item() != src:
@@ -119,7 +121,7 @@ def p2p_worker(rank, n, init_file):
             if got != set(range(1, n)):
                 bad.append(f"any-source senders {got}")
         else:
-            dist.send(torch.full((2,), float(rank)), dst=0)
+            dist.send(torch.full((2,), float(rank)), dst=0, tag=7)
         # tags match sends to receives even when posted in the other order
         right, left = (rank + 1) % n, (rank - 1) % n
         ws = [dist.isend(torch.full((1,), float(10 * rank + tag)), right, tag=tag) for tag in (1, 2, 3)]
