@@ -250,13 +250,14 @@ func (s *sock) park() error {
 	defer s.mu.RUnlock()
 	fd, err := dupCloexec(s.fd)
 	if err != nil {
-		return os.NewSyscallError("dup", err)
+		// Out of descriptors, say: wait the old way.
+		return s.pollLocked(pollIn, time.Time{})
 	}
 	f := os.NewFile(uintptr(fd), "godist-tcp")
 	defer f.Close()
 	rc, err := f.SyscallConn()
 	if err != nil {
-		return err
+		return s.pollLocked(pollIn, time.Time{})
 	}
 	var perr error
 	err = rc.Read(func(uintptr) bool {
@@ -273,7 +274,8 @@ func (s *sock) park() error {
 	case perr != nil:
 		return perr
 	case err != nil:
-		return fmt.Errorf("tcp: waiting in the network poller: %w", err)
+		// The poller would not take the descriptor: wait the old way.
+		return s.pollLocked(pollIn, time.Time{})
 	}
 	return nil
 }
