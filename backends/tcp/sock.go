@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/godist/godist/libgodist/gosched"
 )
 
 // sock is a connected TCP socket taken out of Go's network poller: a
@@ -153,6 +155,7 @@ func (s *sock) writeParts(parts [][]byte, chunk int, deadline time.Time, full fu
 	ioRelease()
 	chunk = max(chunk, 1)
 	var iov [3]syscall.Iovec
+	var tick gosched.Ticker
 	for {
 		for len(parts) > 0 && len(parts[0]) == 0 {
 			parts = parts[1:]
@@ -198,7 +201,13 @@ func (s *sock) writeParts(parts [][]byte, chunk int, deadline time.Time, full fu
 		if full != nil {
 			full()
 		}
-		if err := s.pollLocked(pollOut, deadline); err != nil {
+		now := time.Now()
+		tick.Tick(now) // see maxPollWait
+		wake := now.Add(maxPollWait)
+		if !deadline.IsZero() && deadline.Before(wake) {
+			wake = deadline
+		}
+		if err := s.pollLocked(pollOut, wake); err != nil && (err != os.ErrDeadlineExceeded || wake.Equal(deadline)) {
 			return err
 		}
 	}
