@@ -22,8 +22,8 @@ import (
 // namespace (the name derives from the arena's path and the local rank)
 // and its receiver, once idle for deepIdle, waits on it parked in Go's
 // network poller: no thread, no P, no system call, for idlePark at a time
-// (after which it looks at its peers' liveness). A sender that finds the receiver parked
-// there (ctlIdle+4 == sleepDoor) sends it one byte. Ranks that cannot
+// (after which it looks at its peers' liveness). A sender that finds the
+// receiver parked there (ctlIdle+4 == sleepDoor) sends it one byte. Ranks that cannot
 // reach each other's sockets (another network namespace, a name taken)
 // fall back to the futex: a sender whose datagram fails sets the
 // receiver's ctlDoorOff, and the receiver, at the latest idlePark later,
