@@ -133,8 +133,7 @@ func (p *peer) rest(t *Transport) {
 
 // readLoop delivers frames while no one else reads the socket, parked in
 // Go's network poller while it is empty (sock.park), until the connection
-// ends. It reports how
-// it ended through t.peerEnded.
+// ends. It reports how it ended through t.peerEnded.
 func (p *peer) readLoop(t *Transport) {
 	defer close(p.readerDone)
 	for {
