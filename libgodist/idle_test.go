@@ -50,7 +50,7 @@ func TestIdleGroupWaitsParked(t *testing.T) {
 			// Past the readers' rest after the last waiter (1-8 ms).
 			var bad []string
 			found := map[string]int{}
-			for try := 0; try < 20; try++ {
+			for try := 0; try < 100; try++ { // up to 3 s on a loaded machine
 				time.Sleep(30 * time.Millisecond)
 				bad, found = bad[:0], map[string]int{}
 				for stack, state := range goroutineStates() {
