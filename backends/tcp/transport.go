@@ -201,7 +201,6 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 	}
 	spin := time.Duration(t.spin.Load())
 	end := time.Now().Add(spin)
-	var tick gosched.Ticker
 	for {
 		got := false
 		for i, p := range ps {
@@ -225,7 +224,13 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 		if got {
 			end = now.Add(spin)
 		}
-		tick.Tick(now) // see libgodist/gosched
+		// The caller's thread passes through the scheduler every
+		// gosched.Period across its waits: a Ticker of this call's own
+		// would start over with every 10 ms slice of Recv.Wait, and a
+		// caller woken by data within each Period never passed (its P was
+		// then taken back while it slept: ~40 times a second per process
+		// in a 64 MiB all_reduce loop at P=8 over TCP).
+		gosched.Tick()
 		if now.Before(end) {
 			for i := range ready {
 				ready[i] = true
