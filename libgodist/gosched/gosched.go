@@ -41,7 +41,9 @@ func now() int64 { return int64(time.Since(epoch)) }
 
 // Tick passes the calling thread through the Go scheduler if no caller has
 // in the last Period. It costs one atomic load otherwise. Meant for the
-// threads that call in from C, at every op's entry.
+// threads that call in from C, at every op's entry and across their waits
+// (tcp.Transport.HelpGroup), where a Ticker of each wait would start over
+// with every call.
 func Tick() {
 	t := now()
 	prev := last.Load()
