@@ -135,6 +135,9 @@ func (a *Arena) parkOnDoor(dur time.Duration) {
 }
 
 // wakeIdleOf wakes local rank r's idle receiver, wherever it sleeps.
+//
+// The futex is woken even when the flag says doorbell: the receiver may
+// be leaving the doorbell for the futex as the flag is read.
 func (a *Arena) wakeIdleOf(r int) {
 	c := a.ctl(r)
 	a.u32(c + ctlIdle).Add(1)

@@ -258,25 +258,23 @@ func (s *sock) park() error {
 	}
 	defer s.mu.RUnlock()
 	fd, err := dupCloexec(s.fd)
-	if err != nil {
-		// Out of descriptors, say: wait the old way.
+	if err != nil { // out of descriptors, say
 		return s.pollLocked(pollIn, time.Time{})
 	}
 	f := os.NewFile(uintptr(fd), "godist-tcp")
 	defer f.Close()
 	rc, err := f.SyscallConn()
-	if err != nil {
-		return s.pollLocked(pollIn, time.Time{})
-	}
 	var perr error
-	err = rc.Read(func(uintptr) bool {
-		ready, e := s.pollNowLocked()
-		if e != nil {
-			perr = e
-			return true
-		}
-		return ready || s.broken.Load()
-	})
+	if err == nil {
+		err = rc.Read(func(uintptr) bool {
+			ready, e := s.pollNowLocked()
+			if e != nil {
+				perr = e
+				return true
+			}
+			return ready || s.broken.Load()
+		})
+	}
 	switch {
 	case s.broken.Load():
 		return net.ErrClosed
