@@ -5,11 +5,19 @@ package libgodist
 // set bit and then sends to v+2^j for each lower power of two.
 //
 // Steps: ceil(log2 P); the root sends the whole buffer ceil(log2 P) times.
+// broadcastSegment: larger buffers go through the pipelined tree
+// (broadcast_pipelined.go) in pieces of this size. A variable so tests can
+// make it small.
+var broadcastSegment = 4 << 20
+
 func broadcast(c *comm, buf []byte, root int) error {
 	if c.arena != nil {
 		return c.arena.Broadcast(c.ctx, buf, root)
 	}
 	n := c.size
+	if seg := broadcastSegment; n > 2 && len(buf) > seg {
+		return broadcastPipelined(c, buf, root, seg)
+	}
 	vr := (c.rank - root + n) % n
 	mask := 1
 	for mask < n {

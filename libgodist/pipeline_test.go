@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -58,6 +59,58 @@ func TestRingPipelineTCP(t *testing.T) {
 					}
 					for i, w := range want {
 						require.Equal(t, float32(w), math.Float32frombits(binary.LittleEndian.Uint32(bufs[0][4*i:])), "element %d", i)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestBroadcastPipelined runs the segmented broadcast tree in memory and
+// over sockets, from every root, with buffers of one segment, a few, and
+// many with a short last one; two broadcasts run back to back so the
+// second's segments can arrive while the first's are still being
+// forwarded.
+func TestBroadcastPipelined(t *testing.T) {
+	defer func(v int) { broadcastSegment = v }(broadcastSegment)
+	broadcastSegment = 1000
+	for _, kind := range []string{"mem", TransportTCP} {
+		for _, n := range []int{3, 4, 5, 8} {
+			if kind == TransportTCP && n == 8 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/n%d", kind, n), func(t *testing.T) {
+				var pgs []*ProcessGroup
+				if kind == "mem" {
+					pgs, _ = group(t, n, 10*time.Second)
+				} else {
+					pgs = connectGroup(t, n, TransportTCP)
+				}
+				for root := 0; root < n; root++ {
+					for _, count := range []int{125, 126, 7_001} {
+						a, b := make([][]byte, n), make([][]byte, n)
+						for r := range a {
+							a[r] = i64s(input(r, count)...)
+							b[r] = i64s(input(r+n, count)...)
+						}
+						requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+							w1, err := pg.Broadcast(a[r], root, Opts{})
+							if err != nil {
+								return nil, err
+							}
+							w2, err := pg.Broadcast(b[r], (root+1)%n, Opts{})
+							if err != nil {
+								return nil, err
+							}
+							if err := w1.Err(); err != nil {
+								return nil, err
+							}
+							return w2, nil
+						}))
+						for r := range a {
+							require.Equal(t, input(root, count), toI64(a[r]), "first broadcast, rank %d, root %d", r, root)
+							require.Equal(t, input((root+1)%n+n, count), toI64(b[r]), "second broadcast, rank %d, root %d", r, (root+1)%n)
+						}
 					}
 				}
 			})

@@ -92,6 +92,15 @@ def collectives_worker(rank, n, init_file):
         c.expect(f"all_reduce large {op} {dtype}", x,
                  reference(op, [make_input(r, dtype, count, op) for r in range(n)], dtype), exact(op, dtype))
         c.identical(f"all_reduce large {op} {dtype}", x)
+    # a broadcast over 4 MiB goes through the segmented tree over TCP
+    count = (4 << 20) // 4 + 1001
+    for root in range(n):
+        x = make_input(root, torch.float32, count) if rank == root else torch.zeros(count)
+        g = x.clone()
+        dist.broadcast(x, src=root)
+        dist.broadcast(g, src=root, group=c.gloo)
+        c.expect(f"broadcast large root {root}", x, make_input(root, torch.float32, count))
+        c.expect(f"broadcast large root {root} vs gloo", x, g)
     # async all_reduce: several in flight at once
     xs = [make_input(rank, torch.float32, 100 + i) for i in range(5)]
     works = [dist.all_reduce(x, async_op=True) for x in xs]

@@ -1,0 +1,69 @@
+package libgodist
+
+import "github.com/godist/godist/libgodist/transport"
+
+// broadcastPipelined is the binomial tree of broadcast.go with the buffer
+// cut into segments: a rank forwards each segment to its children as soon
+// as it has landed, while later segments are still arriving from its
+// parent, and each child has a sender goroutine of its own (pipeline.go).
+//
+// Over sockets on a host with few cores every copy costs CPU, so the tree
+// moves the same P-1 buffers as the whole-buffer version. What changes is
+// the memory traffic: a forwarder sends a segment it has just received
+// from the cache instead of reading the whole buffer back from memory
+// later, and the root's sends to its children read each segment at about
+// the same time. The depth is ceil(log2 P) segments instead of buffers.
+func broadcastPipelined(c *comm, buf []byte, root, seg int) error {
+	n := c.size
+	vr := (c.rank - root + n) % n
+	parent := -1
+	mask := 1
+	for mask < n {
+		if vr&mask != 0 {
+			parent = (vr - mask + root) % n
+			break
+		}
+		mask <<= 1
+	}
+	segs := segments(buf, seg)
+	var kids []*sendQueue
+	for m := mask >> 1; m > 0; m >>= 1 {
+		if vr+m < n {
+			kids = append(kids, newSendQueue(c, (vr+m+root)%n, len(segs)))
+		}
+	}
+	err := broadcastSegments(c, parent, segs, kids)
+	for _, k := range kids {
+		if err != nil {
+			k.drop()
+		}
+		if e := k.finish(); err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+// broadcastSegments receives segs in order from parent (none for the root)
+// and queues each one for every child once it holds it.
+func broadcastSegments(c *comm, parent int, segs [][]byte, kids []*sendQueue) error {
+	var rs []*transport.Recv
+	if parent >= 0 {
+		rs = make([]*transport.Recv, len(segs))
+		for j, b := range segs {
+			rs[j] = c.post(parent, 0, b)
+		}
+	}
+	for j, b := range segs {
+		if rs != nil {
+			if err := c.wait(rs[j]); err != nil {
+				cancelAll(rs[j+1:], err)
+				return err
+			}
+		}
+		for _, k := range kids {
+			k.push(0, b)
+		}
+	}
+	return nil
+}
