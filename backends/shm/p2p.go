@@ -311,18 +311,20 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 	idleSince := time.Now()
 	nextCheck := idleSince
 	// sleep waits for a sender (or a departing waiter) to wake this
-	// goroutine; b is the doorbell value seen before the last scan.
+	// goroutine; b and v are the doorbell and the idle counter seen at the
+	// top of the loop, before it looked for work: a wake-up since then
+	// (a sender's, or a waiter's handing over a streamed message) has
+	// changed one of them, and the sleep returns at once.
 	// (On the doorbell socket only when deep: waking a goroutine parked in
 	// the network poller takes a thread hop more than a futex, which a
 	// waiter handing a streamed message over would pay every time.)
-	sleep := func(b uint32, deep bool) {
-		v := idle.Load()
+	sleep := func(b, v uint32, deep bool) {
 		mode := uint32(sleepFutex)
 		if deep && a.doorUsable() {
 			mode = sleepDoor
 		}
 		idleSleeping.Store(mode)
-		if bell.Load() == b && !a.closing.Load() {
+		if bell.Load() == b && idle.Load() == v && !a.closing.Load() {
 			if mode == sleepDoor {
 				a.parkOnDoor(idlePark)
 			} else {
@@ -334,12 +336,15 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 	var tick gosched.Ticker // see libgodist/gosched
 	for !a.closing.Load() {
 		tick.Tick(time.Now())
-		b := bell.Load()
+		b, v := bell.Load(), idle.Load()
 		if (waiters.Load() > 0 && !st.streaming.Load()) || !st.role.TryLock() {
 			// A waiter reads the rings (Progress): stand aside. Senders do
 			// not wake this goroutine while a waiter is there.
 			if waiters.Load() > 0 {
-				sleep(b, false)
+				if testHookStandAside != nil {
+					testHookStandAside(a)
+				}
+				sleep(b, v, false)
 				idleSince = time.Now() // the rank is at work
 				// Peers are watched here all the same.
 				if now := time.Now(); !now.Before(nextCheck) && st.role.TryLock() {
@@ -376,10 +381,15 @@ func (a *Arena) recvLoop(mb *transport.Mailbox, done chan struct{}) {
 			a.yield()
 			continue
 		}
-		sleep(b, now.Sub(idleSince) >= deepIdle)
+		sleep(b, v, now.Sub(idleSince) >= deepIdle)
 		nextCheck = time.Time{} // check the peers after every sleep
 	}
 }
+
+// testHookStandAside, when set, runs in recvLoop as it decides to sleep
+// while a waiter reads the rings: tests use it to hand a streamed message
+// over at that moment.
+var testHookStandAside func(*Arena)
 
 // checkPeers fails in mb the sources whose process ended or that closed
 // (once their messages are drained). The caller holds the role.

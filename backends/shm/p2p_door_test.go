@@ -2,6 +2,7 @@ package shm
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +113,48 @@ func TestUnreachableDoorbellFallsBack(t *testing.T) {
 	require.False(t, arenas[1].doorUsable())
 	require.Eventually(t, func() bool { return idleMode(arenas[0], 1) == sleepFutex },
 		10*time.Second, time.Millisecond)
+}
+
+// TestStreamedHandOverIsNotMissed: a waiter that meets a message still
+// being written hands it to the receiver goroutine (streaming, then a
+// wake-up). The hand-over here comes at the worst moment: after the
+// receiver saw no streaming message and decided to stand aside for the
+// waiter, before it sleeps. The receiver must take the message up at once,
+// not at the end of its idle sleep (made 20 s here, so a missed wake-up
+// shows).
+func TestStreamedHandOverIsNotMissed(t *testing.T) {
+	if !supported {
+		t.Skip("no shared memory transport on this OS")
+	}
+	pol := DefaultWaitPolicy(2)
+	pol.Idle = 20 * time.Second
+	handed := make(chan struct{})
+	var once sync.Once
+	testHookStandAside = func(x *Arena) {
+		if x.rank != 1 {
+			return
+		}
+		once.Do(func() {
+			x.p2p.streaming.Store(true)
+			x.wakeIdle()
+			close(handed)
+		})
+	}
+	// Registered first, so it runs last: after the receivers have ended.
+	t.Cleanup(func() { testHookStandAside = nil })
+	arenas := openGroup(t, 2, func(c *Config) { c.Wait = &pol })
+	a := arenas[1]
+	// A waiter is present (the receiver stands aside) but holds no role.
+	waiters := a.u32(a.ctl(1) + ctlWaiters)
+	waiters.Add(1)
+	t.Cleanup(func() { waiters.Add(^uint32(0)) })
+	require.NoError(t, a.Attach(transport.NewMailbox(2)))
+	select {
+	case <-handed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the receiver never stood aside")
+	}
+	// The receiver takes the role and clears streaming when it scans.
+	require.Eventually(t, func() bool { return !a.p2p.streaming.Load() }, 2*time.Second, time.Millisecond,
+		"the receiver slept through the hand-over")
 }
