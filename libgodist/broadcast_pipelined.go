@@ -6,6 +6,11 @@ import "github.com/godist/godist/libgodist/transport"
 // cut into segments: a rank forwards each segment to its children as soon
 // as it has landed, while later segments are still arriving from its
 // parent, and each child has a sender goroutine of its own (pipeline.go).
+// A rank posts all its receives, then tells its parent (an empty message),
+// and a parent sends a child nothing before that: a child still busy with
+// the previous op would otherwise get its first segments as unexpected
+// messages, kept and copied twice (page faults and a memmove of several
+// MiB an op with 8 ranks).
 //
 // Over sockets on a host with few cores every copy costs CPU, so the tree
 // moves the same P-1 buffers as the whole-buffer version. What changes is
@@ -27,9 +32,11 @@ func broadcastPipelined(c *comm, buf []byte, root, seg int) error {
 	}
 	segs := segments(buf, seg)
 	var kids []*sendQueue
+	var ready [1]byte
 	for m := mask >> 1; m > 0; m >>= 1 {
 		if vr+m < n {
-			kids = append(kids, newSendQueue(c, (vr+m+root)%n, len(segs)))
+			kid := (vr + m + root) % n
+			kids = append(kids, newGatedSendQueue(c, kid, len(segs), c.post(kid, 1, ready[:0])))
 		}
 	}
 	err := broadcastSegments(c, parent, segs, kids)
@@ -52,6 +59,11 @@ func broadcastSegments(c *comm, parent int, segs [][]byte, kids []*sendQueue) er
 		rs = make([]*transport.Recv, len(segs))
 		for j, b := range segs {
 			rs[j] = c.post(parent, 0, b)
+		}
+		// Tell the parent: its segments now land straight in buf.
+		if err := c.send(parent, 1, nil); err != nil {
+			cancelAll(rs, err)
+			return err
 		}
 	}
 	for j, b := range segs {

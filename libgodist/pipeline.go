@@ -6,10 +6,12 @@ package libgodist
 // landed, while later segments are still on the wire in both directions.
 
 import (
+	"errors"
 	"sync/atomic"
 	"time"
 
 	"github.com/godist/godist/libgodist/gosched"
+	"github.com/godist/godist/libgodist/transport"
 )
 
 // ringSegment is the largest piece a ring step sends as one message. 4 MiB
@@ -48,8 +50,9 @@ type sendQueue struct {
 	to      int
 	q       chan queued
 	done    chan struct{}
-	dropped atomic.Bool // the op failed: send nothing more
-	err     error       // written by the goroutine before done is closed
+	dropped atomic.Bool     // the op failed: send nothing more
+	err     error           // written by the goroutine before done is closed
+	gate    *transport.Recv // if set, nothing is sent before it arrives
 }
 
 type queued struct {
@@ -58,13 +61,23 @@ type queued struct {
 }
 
 func newSendQueue(c *comm, to, capacity int) *sendQueue {
-	s := &sendQueue{c: c, to: to, q: make(chan queued, capacity), done: make(chan struct{})}
+	return newGatedSendQueue(c, to, capacity, nil)
+}
+
+// newGatedSendQueue is newSendQueue whose goroutine first waits for gate (a
+// receive from the peer saying its receives are posted); if gate fails,
+// nothing is sent and finish returns its error.
+func newGatedSendQueue(c *comm, to, capacity int, gate *transport.Recv) *sendQueue {
+	s := &sendQueue{c: c, to: to, q: make(chan queued, capacity), done: make(chan struct{}), gate: gate}
 	go s.run()
 	return s
 }
 
 func (s *sendQueue) run() {
 	defer close(s.done)
+	if s.gate != nil {
+		s.err = s.c.wait(s.gate)
+	}
 	// The goroutine is handed its work through the channel, which runs it
 	// on its waker's time slice: its P's scheduling tick stands still, and
 	// the runtime's monitor takes the P back while a send sleeps for room.
@@ -81,7 +94,16 @@ func (s *sendQueue) run() {
 func (s *sendQueue) push(step uint16, b []byte) { s.q <- queued{step, b} }
 
 // drop makes the goroutine skip what is still queued (the op has failed).
-func (s *sendQueue) drop() { s.dropped.Store(true) }
+func (s *sendQueue) drop() {
+	s.dropped.Store(true)
+	if s.gate != nil {
+		s.gate.Cancel(errDropped)
+	}
+}
+
+// errDropped is what a sender queue's gate fails with when the op failed
+// on this rank first.
+var errDropped = errors.New("the op already failed on this rank")
 
 // finish closes the queue and waits for the sends already pushed (each is
 // bounded by the op's deadline); it returns the first send error.

@@ -117,3 +117,33 @@ func TestBroadcastPipelined(t *testing.T) {
 		}
 	}
 }
+
+// TestBroadcastPipelinedMissingRank: an inner rank of the tree (rank 2,
+// the root's first child with 4 ranks) never comes. The root, whose sender
+// to it waits for its go-ahead, and rank 3, which waits for its segments,
+// time out naming it; rank 1, fed by the root directly, completes.
+func TestBroadcastPipelinedMissingRank(t *testing.T) {
+	defer func(v int) { broadcastSegment = v }(broadcastSegment)
+	broadcastSegment = 1000
+	pgs, _ := group(t, 4, 300*time.Millisecond)
+	want := input(0, 700)
+	bufs := make([][]byte, 4)
+	for r := range bufs {
+		bufs[r] = make([]byte, 8*len(want))
+	}
+	copy(bufs[0], i64s(want...))
+	start := time.Now()
+	present := []*ProcessGroup{pgs[0], pgs[1], pgs[3]}
+	errs := onAll(t, present, func(i int, pg *ProcessGroup) (*Work, error) {
+		return pg.Broadcast(bufs[[]int{0, 1, 3}[i]], 0, Opts{})
+	})
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.NoError(t, errs[1], "rank 1")
+	require.Equal(t, want, toI64(bufs[1]))
+	for _, i := range []int{0, 2} {
+		var oe *OpError
+		require.ErrorAs(t, errs[i], &oe, "rank %d", []int{0, 1, 3}[i])
+		require.True(t, oe.Timeout())
+		require.Equal(t, []int{2}, oe.Missing, "rank %d: %v", []int{0, 1, 3}[i], errs[i])
+	}
+}
