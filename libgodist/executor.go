@@ -60,9 +60,6 @@ func (pg *ProcessGroup) submit(op string, o Opts, run func(c *comm) error) *Work
 	t := &task{w: w, timeout: timeout, run: run}
 	e := &pg.exec
 	e.mu.Lock()
-	if o.heavy {
-		o.Inline, o.Deferrable = false, false
-	}
 	if o.Inline && !e.busy && len(e.queue) == 0 {
 		e.busy = true
 		e.mu.Unlock()
@@ -73,9 +70,7 @@ func (pg *ProcessGroup) submit(op string, o Opts, run func(c *comm) error) *Work
 		return w
 	}
 	e.queue = append(e.queue, t)
-	if !o.heavy {
-		w.assist = func(until time.Time) bool { return e.runQueued(t, until) }
-	}
+	w.assist = func(until time.Time) bool { return e.runQueued(t, until) }
 	if o.Deferrable {
 		t.at = time.Now()
 	}

@@ -30,10 +30,7 @@ type Opts struct {
 	// (executor.runQueued) instead of waiting for the drainer goroutine.
 	// Work.Expedite (a watch) starts it at once.
 	Deferrable bool
-	heavy      bool
 }
-
-var heavyMin = 1 << 20
 
 // ReduceArgs describes the data of a reducing collective.
 type ReduceArgs struct {
@@ -83,7 +80,6 @@ func (pg *ProcessGroup) AllReduce(buf []byte, a ReduceArgs, o Opts) (*Work, erro
 	if err != nil {
 		return nil, err
 	}
-	o.heavy = pg.arena == nil && len(buf) >= heavyMin
 	return pg.submit("allreduce", o, func(c *comm) error { return allReduce(c, buf, s) }), nil
 }
 
@@ -92,7 +88,6 @@ func (pg *ProcessGroup) Broadcast(buf []byte, root int, o Opts) (*Work, error) {
 	if err := pg.checkRoot("broadcast", root); err != nil {
 		return nil, err
 	}
-	o.heavy = pg.arena == nil && len(buf) >= heavyMin
 	return pg.submit("broadcast", o, func(c *comm) error { return broadcast(c, buf, root) }), nil
 }
 
