@@ -158,3 +158,43 @@ func TestStreamedHandOverIsNotMissed(t *testing.T) {
 	require.Eventually(t, func() bool { return !a.p2p.streaming.Load() }, 2*time.Second, time.Millisecond,
 		"the receiver slept through the hand-over")
 }
+
+// TestHandOverAfterRoleReleased: the hand-over's wake-up comes while the
+// waiter still holds the receiving role, so the receiver, woken, cannot
+// take the role and stands aside to sleep. The waiter letting go of the
+// role (releaseRole) must wake it again, or it sleeps until its timeout
+// (20 s here).
+func TestHandOverAfterRoleReleased(t *testing.T) {
+	if !supported {
+		t.Skip("no shared memory transport on this OS")
+	}
+	pol := DefaultWaitPolicy(2)
+	pol.Idle = 20 * time.Second
+	aside := make(chan struct{})
+	var once sync.Once
+	testHookStandAside = func(x *Arena) {
+		if x.rank == 1 && x.p2p.streaming.Load() {
+			once.Do(func() { close(aside) })
+		}
+	}
+	t.Cleanup(func() { testHookStandAside = nil })
+	arenas := openGroup(t, 2, func(c *Config) { c.Wait = &pol })
+	a := arenas[1]
+	waiters := a.u32(a.ctl(1) + ctlWaiters)
+	waiters.Add(1)
+	t.Cleanup(func() { waiters.Add(^uint32(0)) })
+	// The waiter holds the role and hands a message over.
+	a.p2p.role.Lock()
+	a.p2p.streaming.Store(true)
+	a.wakeIdle()
+	require.NoError(t, a.Attach(transport.NewMailbox(2)))
+	select {
+	case <-aside:
+	case <-time.After(10 * time.Second):
+		a.p2p.role.Unlock()
+		t.Fatal("the receiver never stood aside")
+	}
+	a.releaseRole()
+	require.Eventually(t, func() bool { return !a.p2p.streaming.Load() }, 2*time.Second, time.Millisecond,
+		"the receiver slept through the hand-over")
+}

@@ -60,7 +60,7 @@ func (a *Arena) Progress(done <-chan struct{}, until time.Time) {
 			if a.scan(mb, true) && waiters.Load() > 1 {
 				a.kick() // another waiter's message may be among them
 			}
-			st.role.Unlock()
+			a.releaseRole()
 		}
 		return finished()
 	}
@@ -75,7 +75,7 @@ func (a *Arena) Progress(done <-chan struct{}, until time.Time) {
 		waiters.Add(^uint32(0))
 		if st.role.TryLock() {
 			a.scan(mb, true)
-			st.role.Unlock()
+			a.releaseRole()
 		}
 	}()
 	bellOff := a.ctl(a.rank) + ctlBell
@@ -89,4 +89,16 @@ func (a *Arena) Progress(done <-chan struct{}, until time.Time) {
 			}
 			return nil
 		})
+}
+
+// releaseRole lets go of the receiving role taken by a waiter. If the
+// waiter handed a streamed message to the receiver goroutine (scan with
+// whole), it wakes the receiver once more now that the role is free: the
+// wake-up that scan gave while still holding the role may have found the
+// receiver failing to take it and about to sleep.
+func (a *Arena) releaseRole() {
+	a.p2p.role.Unlock()
+	if a.p2p.streaming.Load() {
+		a.wakeIdle()
+	}
 }
