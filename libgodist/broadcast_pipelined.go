@@ -32,11 +32,10 @@ func broadcastPipelined(c *comm, buf []byte, root, seg int) error {
 	}
 	segs := segments(buf, seg)
 	var kids []*sendQueue
-	var ready [1]byte
 	for m := mask >> 1; m > 0; m >>= 1 {
 		if vr+m < n {
 			kid := (vr + m + root) % n
-			kids = append(kids, newGatedSendQueue(c, kid, len(segs), c.post(kid, 1, ready[:0])))
+			kids = append(kids, newGatedSendQueue(c, kid, len(segs), c.post(kid, 1, nil)))
 		}
 	}
 	err := broadcastSegments(c, parent, segs, kids)

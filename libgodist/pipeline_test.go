@@ -67,10 +67,10 @@ func TestRingPipelineTCP(t *testing.T) {
 }
 
 // TestBroadcastPipelined runs the segmented broadcast tree in memory and
-// over sockets, from every root, with buffers of one segment, a few, and
-// many with a short last one; two broadcasts run back to back so the
-// second's segments can arrive while the first's are still being
-// forwarded.
+// over sockets, from every root, with a buffer of exactly one segment (the
+// threshold: the whole-buffer tree), of two (a short last one) and of many;
+// two broadcasts run back to back so the second's segments can arrive
+// while the first's are still being forwarded.
 func TestBroadcastPipelined(t *testing.T) {
 	defer func(v int) { broadcastSegment = v }(broadcastSegment)
 	broadcastSegment = 1000
@@ -121,7 +121,8 @@ func TestBroadcastPipelined(t *testing.T) {
 // TestBroadcastPipelinedMissingRank: an inner rank of the tree (rank 2,
 // the root's first child with 4 ranks) never comes. The root, whose sender
 // to it waits for its go-ahead, and rank 3, which waits for its segments,
-// time out naming it; rank 1, fed by the root directly, completes.
+// time out naming it; rank 1, fed by the root directly, completes (its
+// sender does not wait for rank 2's).
 func TestBroadcastPipelinedMissingRank(t *testing.T) {
 	defer func(v int) { broadcastSegment = v }(broadcastSegment)
 	broadcastSegment = 1000
