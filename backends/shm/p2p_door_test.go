@@ -3,6 +3,7 @@ package shm
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,45 +116,58 @@ func TestUnreachableDoorbellFallsBack(t *testing.T) {
 		10*time.Second, time.Millisecond)
 }
 
+// standAsideGroup opens two ranks whose idle receivers sleep up to 20 s
+// (so a missed wake-up shows) and makes rank 1's receiver stand aside for
+// a waiter that is present but holds no role. before, if set, runs just
+// before rank 1's receiver starts; onAside runs each time that receiver
+// decides to stand aside, and the call returns once onAside has reported
+// true.
+func standAsideGroup(t *testing.T, onAside func(*Arena) bool, before func(*Arena)) *Arena {
+	pol := DefaultWaitPolicy(2)
+	pol.Idle = 20 * time.Second
+	aside := make(chan struct{})
+	var once sync.Once
+	testHookStandAside = func(x *Arena) {
+		if x.rank == 1 && onAside(x) {
+			once.Do(func() { close(aside) })
+		}
+	}
+	// Registered first, so it runs last: after the receivers have ended.
+	t.Cleanup(func() { testHookStandAside = nil })
+	a := openGroup(t, 2, func(c *Config) { c.Wait = &pol })[1]
+	waiters := a.u32(a.ctl(1) + ctlWaiters)
+	waiters.Add(1)
+	t.Cleanup(func() { waiters.Add(^uint32(0)) })
+	if before != nil {
+		before(a)
+	}
+	require.NoError(t, a.Attach(transport.NewMailbox(2)))
+	select {
+	case <-aside:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the receiver never stood aside")
+	}
+	return a
+}
+
 // TestStreamedHandOverIsNotMissed: a waiter that meets a message still
 // being written hands it to the receiver goroutine (streaming, then a
 // wake-up). The hand-over here comes at the worst moment: after the
 // receiver saw no streaming message and decided to stand aside for the
 // waiter, before it sleeps. The receiver must take the message up at once,
-// not at the end of its idle sleep (made 20 s here, so a missed wake-up
-// shows).
+// not at the end of its idle sleep.
 func TestStreamedHandOverIsNotMissed(t *testing.T) {
 	if !supported {
 		t.Skip("no shared memory transport on this OS")
 	}
-	pol := DefaultWaitPolicy(2)
-	pol.Idle = 20 * time.Second
-	handed := make(chan struct{})
 	var once sync.Once
-	testHookStandAside = func(x *Arena) {
-		if x.rank != 1 {
-			return
-		}
+	a := standAsideGroup(t, func(x *Arena) bool {
 		once.Do(func() {
 			x.p2p.streaming.Store(true)
 			x.wakeIdle()
-			close(handed)
 		})
-	}
-	// Registered first, so it runs last: after the receivers have ended.
-	t.Cleanup(func() { testHookStandAside = nil })
-	arenas := openGroup(t, 2, func(c *Config) { c.Wait = &pol })
-	a := arenas[1]
-	// A waiter is present (the receiver stands aside) but holds no role.
-	waiters := a.u32(a.ctl(1) + ctlWaiters)
-	waiters.Add(1)
-	t.Cleanup(func() { waiters.Add(^uint32(0)) })
-	require.NoError(t, a.Attach(transport.NewMailbox(2)))
-	select {
-	case <-handed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the receiver never stood aside")
-	}
+		return true
+	}, nil)
 	// The receiver takes the role and clears streaming when it scans.
 	require.Eventually(t, func() bool { return !a.p2p.streaming.Load() }, 2*time.Second, time.Millisecond,
 		"the receiver slept through the hand-over")
@@ -162,38 +176,25 @@ func TestStreamedHandOverIsNotMissed(t *testing.T) {
 // TestHandOverAfterRoleReleased: the hand-over's wake-up comes while the
 // waiter still holds the receiving role, so the receiver, woken, cannot
 // take the role and stands aside to sleep. The waiter letting go of the
-// role (releaseRole) must wake it again, or it sleeps until its timeout
-// (20 s here).
+// role (releaseRole) must wake it again, or it sleeps until its timeout.
 func TestHandOverAfterRoleReleased(t *testing.T) {
 	if !supported {
 		t.Skip("no shared memory transport on this OS")
 	}
-	pol := DefaultWaitPolicy(2)
-	pol.Idle = 20 * time.Second
-	aside := make(chan struct{})
-	var once sync.Once
-	testHookStandAside = func(x *Arena) {
-		if x.rank == 1 && x.p2p.streaming.Load() {
-			once.Do(func() { close(aside) })
-		}
-	}
-	t.Cleanup(func() { testHookStandAside = nil })
-	arenas := openGroup(t, 2, func(c *Config) { c.Wait = &pol })
-	a := arenas[1]
-	waiters := a.u32(a.ctl(1) + ctlWaiters)
-	waiters.Add(1)
-	t.Cleanup(func() { waiters.Add(^uint32(0)) })
-	// The waiter holds the role and hands a message over.
-	a.p2p.role.Lock()
-	a.p2p.streaming.Store(true)
-	a.wakeIdle()
-	require.NoError(t, a.Attach(transport.NewMailbox(2)))
-	select {
-	case <-aside:
-	case <-time.After(10 * time.Second):
-		a.p2p.role.Unlock()
-		t.Fatal("the receiver never stood aside")
-	}
+	var held atomic.Bool
+	a := standAsideGroup(t, func(x *Arena) bool { return x.p2p.streaming.Load() }, func(a *Arena) {
+		// The waiter holds the role and hands a message over.
+		a.p2p.role.Lock()
+		held.Store(true)
+		t.Cleanup(func() {
+			if held.Load() {
+				a.p2p.role.Unlock()
+			}
+		})
+		a.p2p.streaming.Store(true)
+		a.wakeIdle()
+	})
+	held.Store(false)
 	a.releaseRole()
 	require.Eventually(t, func() bool { return !a.p2p.streaming.Load() }, 2*time.Second, time.Millisecond,
 		"the receiver slept through the hand-over")
