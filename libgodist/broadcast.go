@@ -1,15 +1,15 @@
 package libgodist
 
+// broadcastSegment: with more than 2 ranks, buffers larger than this go
+// through the pipelined tree (broadcast_pipelined.go) in pieces of this
+// size. A variable so tests can make it small.
+var broadcastSegment = 4 << 20
+
 // broadcast sends root's buf to every rank along a binomial tree: in the
 // numbering relative to the root, rank v receives from v minus its lowest
 // set bit and then sends to v+2^j for each lower power of two.
 //
 // Steps: ceil(log2 P); the root sends the whole buffer ceil(log2 P) times.
-// broadcastSegment: larger buffers go through the pipelined tree
-// (broadcast_pipelined.go) in pieces of this size. A variable so tests can
-// make it small.
-var broadcastSegment = 4 << 20
-
 func broadcast(c *comm, buf []byte, root int) error {
 	if c.arena != nil {
 		return c.arena.Broadcast(c.ctx, buf, root)
