@@ -52,7 +52,7 @@ func (a *Arena) allGather(c *opCtx, in []byte, outs [][]byte) error {
 		return err
 	}
 	lo, hi := bounds(0)
-	copy(a.area(me, s0, hi-lo, inline), in[lo:hi])
+	publish(a.area(me, s0, hi-lo, inline), in[lo:hi])
 	a.pubA(s0, d)
 	for i := 0; i < steps; i++ {
 		s := s0 + uint64(i)
@@ -69,7 +69,7 @@ func (a *Arena) allGather(c *opCtx, in []byte, outs [][]byte) error {
 				return err
 			}
 			lo, hi := bounds(i + 1)
-			copy(a.area(me, s+1, hi-lo, inline), in[lo:hi])
+			publish(a.area(me, s+1, hi-lo, inline), in[lo:hi])
 			a.pubA(s+1, d)
 		}
 		lo, hi := bounds(i)

@@ -15,7 +15,7 @@ func (a *Arena) allReduceOneShot(c *opCtx, buf []byte, d desc, combine CombineFu
 	if err := a.waitFree(c, s); err != nil {
 		return err
 	}
-	copy(a.area(a.rank, s, n, inline), buf)
+	publish(a.area(a.rank, s, n, inline), buf)
 	a.pubA(s, d)
 	err := a.gatherA(c, s, d, true)
 	if fatal(err) {

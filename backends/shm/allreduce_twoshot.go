@@ -40,7 +40,7 @@ func (a *Arena) allReduceTwoShot(c *opCtx, buf []byte, d desc, combine CombineFu
 		return err
 	}
 	p0 := at(0)
-	copy(a.bytes(a.lay.buf(me, s0), len(p0)), p0)
+	publish(a.bytes(a.lay.buf(me, s0), len(p0)), p0)
 	a.pubA(s0, d)
 	var cerr error
 	for i := 0; i < steps; i++ {
@@ -66,7 +66,7 @@ func (a *Arena) allReduceTwoShot(c *opCtx, buf []byte, d desc, combine CombineFu
 				return err
 			}
 			np := at(i + 1)
-			copy(a.bytes(a.lay.buf(me, s+1), len(np)), np)
+			publish(a.bytes(a.lay.buf(me, s+1), len(np)), np)
 			a.pubA(s+1, d)
 		}
 		for k := 0; k < P; k++ {

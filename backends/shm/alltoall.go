@@ -71,7 +71,7 @@ func (a *Arena) allToAll(c *opCtx, ins, outs [][]byte) error {
 			}
 			if lo := i * per; q != me && lo < len(ins[q]) {
 				hi := min(len(ins[q]), lo+per)
-				copy(a.bytes(base+tbl+q*per, hi-lo), ins[q][lo:hi])
+				publish(a.bytes(base+tbl+q*per, hi-lo), ins[q][lo:hi])
 			}
 		}
 	}

@@ -54,7 +54,7 @@ func (a *Arena) broadcast(c *opCtx, buf []byte, root int) error {
 				return err
 			}
 			p := at(i)
-			copy(a.area(me, s, len(p), inline), p)
+			publish(a.area(me, s, len(p), inline), p)
 			a.pubA(s, d)
 		}
 		a.pubD(s0 + uint64(steps) - 1)

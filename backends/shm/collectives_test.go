@@ -21,11 +21,13 @@ const testChunk = 1024
 var groupConfigs = []struct {
 	name string
 	mod  func(*Config)
+	nt   bool // every copy into the arena non-temporal (publish.go)
 }{
-	{"default-oneshot", func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = 512 }},
-	{"twoshot-only", func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = -1; c.DirectMin = -1 }},
+	{"default-oneshot", func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = 512 }, false},
+	{"twoshot-only", func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = -1; c.DirectMin = -1 }, false},
 	// Single copy from 2 KiB on (direct.go), with pieces of testChunk.
-	{"direct", func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = 256; c.DirectMin = 2 * testChunk }},
+	{"direct", func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = 256; c.DirectMin = 2 * testChunk }, false},
+	{"non-temporal", func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = 512; c.DirectMin = -1 }, true},
 }
 
 var worldSizes = []int{1, 2, 3, 4, 5, 8}
@@ -42,6 +44,8 @@ func eachGroup(t *testing.T, f func(t *testing.T, arenas []*Arena)) {
 	for _, gc := range groupConfigs {
 		for _, p := range worldSizes {
 			t.Run(fmt.Sprintf("%s/P%d", gc.name, p), func(t *testing.T) {
+				forceNonTemporal = gc.nt
+				defer func() { forceNonTemporal = false }()
 				f(t, openGroup(t, p, gc.mod))
 			})
 		}

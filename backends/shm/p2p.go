@@ -278,8 +278,8 @@ func (a *Arena) ringCopy(ch int, pos uint64, b []byte, in bool) {
 	r1 := a.bytes(ch+chRing+off, first)
 	r2 := a.bytes(ch+chRing, len(b)-first)
 	if in {
-		copy(r1, b)
-		copy(r2, b[first:])
+		publish(r1, b)
+		publish(r2, b[first:])
 	} else {
 		copy(b, r1)
 		copy(b[first:], r2)

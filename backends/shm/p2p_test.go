@@ -88,9 +88,20 @@ func TestAttachGlobalRanks(t *testing.T) {
 // TestSendLargeStreams: a message much larger than the ring streams
 // through it, and messages from several senders interleave correctly.
 func TestSendLargeStreams(t *testing.T) {
-	trs := newTransports(t, 3, func(c *Config) { c.RingSize = 1024 })
+	t.Run("ordinary", func(t *testing.T) { testSendLargeStreams(t, 1024, 1<<20+3, 300_000) })
+	// Ring copies of 64 bytes and more are non-temporal (publish.go);
+	// messages below cmaMin, which go through the ring.
+	t.Run("non-temporal", func(t *testing.T) {
+		forceNonTemporal = true
+		defer func() { forceNonTemporal = false }()
+		testSendLargeStreams(t, 4096, cmaMin-1, 10_007)
+	})
+}
+
+func testSendLargeStreams(t *testing.T, ring, n1, n2 int) {
+	trs := newTransports(t, 3, func(c *Config) { c.RingSize = ring })
 	ctx := testCtx(t, 20*time.Second)
-	big1, big2 := randBytes(1<<20+3, 1), randBytes(300_000, 2)
+	big1, big2 := randBytes(n1, 1), randBytes(n2, 2)
 	b1, b2 := make([]byte, len(big1)), make([]byte, len(big2))
 	r1 := trs[0].PostRecv(1, transport.P2PTag(1), b1)
 	r2 := trs[0].PostRecv(2, transport.P2PTag(1), b2)

@@ -67,7 +67,7 @@ func (a *Arena) reduceScatter(c *opCtx, ins [][]byte, out []byte, es int, combin
 		dst := a.area(me, s, P*per, inline)
 		for q := 0; q < P; q++ {
 			if q != me || alias {
-				copy(dst[q*per:q*per+hi-lo], ins[q][lo:hi])
+				publish(dst[q*per:q*per+hi-lo], ins[q][lo:hi])
 			}
 		}
 	}
