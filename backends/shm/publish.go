@@ -1,7 +1,7 @@
 package shm
 
 import (
-	"sync/atomic"
+	"sync"
 	"time"
 	"unsafe"
 )
@@ -24,50 +24,124 @@ import (
 //	4      18-21 / 25-34       60-64 / 25-30
 //	8      41-45 / 59-70       120 / 59-70
 //
-// So publish times its ordinary copies of probeMin bytes or more and
-// switches to non-temporal stores once slowRun of them in a row ran below
-// slowRate (a copy can be slow for other reasons, such as preemption, but
-// not slowRun in a row). In non-temporal mode every probeEvery-th such
-// copy is an ordinary, timed one, and a fast one switches back.
+// So publish times its ordinary copies of probeMin bytes or more. After
+// slowRun of them in a row ran below slowRate (a copy can be slow for other
+// reasons, such as preemption, but not slowRun in a row), it times the next
+// trialLen copies made non-temporal, and keeps non-temporal stores only if
+// the fastest of those ran at least ntGain times as fast as the fastest of
+// the slow ordinary ones: where ordinary copies are slow for a reason that
+// non-temporal stores do not remove (memory bandwidth shared by many
+// ranks), it goes back to ordinary stores and stops timing for backoff
+// copies. On different dies the trial copies ran at 10-16 GB/s. In
+// non-temporal mode every probeEvery-th copy of probeMin bytes or more is
+// an ordinary, timed one, and a fast one switches back.
 const (
 	publishMin = 16 << 10 // smallest copy made non-temporal
 	probeMin   = 64 << 10 // smallest copy timed
-	slowRate   = 6        // bytes per nanosecond (6 GB/s)
+	slowRate   = 6.0      // bytes per nanosecond (6 GB/s)
 	slowRun    = 8
+	trialLen   = 4
+	ntGain     = 2.0
+	backoff    = 4096
 	probeEvery = 32
 )
 
-// storeChooser is the choice between ordinary and non-temporal stores.
+type storeMode int
+
+const (
+	modeOrdinary storeMode = iota
+	modeTrial              // timing non-temporal copies
+	modeNonTemporal
+)
+
+// copyKind is how publish makes one copy.
+type copyKind int
+
+const (
+	kindPlain   copyKind = iota
+	kindTimed            // ordinary stores, timed
+	kindNT               // non-temporal stores
+	kindTimedNT          // non-temporal stores, timed
+)
+
+// storeChooser is the choice between ordinary and non-temporal stores. Its
+// lock is taken only for copies of publishMin bytes or more.
 type storeChooser struct {
-	nt    atomic.Bool
-	slow  atomic.Int32  // timed ordinary copies in a row below slowRate
-	count atomic.Uint32 // eligible non-temporal copies, for probing
+	mu       sync.Mutex
+	mode     storeMode
+	slow     int     // timed ordinary copies in a row below slowRate
+	bestSlow float64 // the fastest of them, bytes per nanosecond
+	trial    int     // timed non-temporal copies still to make
+	bestNT   float64 // the fastest of those made, bytes per nanosecond
+	skip     int     // copies still to make untimed after a failed trial
+	count    int     // non-temporal copies of probeMin bytes or more, for probing
 }
 
-// pick says how to copy n bytes: non-temporally, or ordinarily and, if
-// timed, reporting the time to observe.
-func (sc *storeChooser) pick(n int) (nt, timed bool) {
-	switch {
-	case !haveCopyNT || n < publishMin:
-		return false, false
-	case !sc.nt.Load():
-		return false, n >= probeMin
-	case n < probeMin || sc.count.Add(1)%probeEvery != 0:
-		return true, false
+// pick says how to copy n bytes.
+func (sc *storeChooser) pick(n int) copyKind {
+	if !haveCopyNT || n < publishMin {
+		return kindPlain
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	switch sc.mode {
+	case modeNonTemporal:
+		if n < probeMin {
+			return kindNT
+		}
+		if sc.count++; sc.count%probeEvery == 0 {
+			return kindTimed
+		}
+		return kindNT
+	case modeTrial:
+		if n < probeMin {
+			return kindPlain
+		}
+		return kindTimedNT
 	default:
-		return false, true
+		if n < probeMin {
+			return kindPlain
+		}
+		if sc.skip > 0 {
+			sc.skip--
+			return kindPlain
+		}
+		return kindTimed
 	}
 }
 
-// observe records one timed ordinary copy of n bytes that took dt.
-func (sc *storeChooser) observe(n int, dt time.Duration) {
-	if dt <= time.Duration(n/slowRate) {
-		sc.slow.Store(0)
-		sc.nt.Store(false)
-		return
-	}
-	if sc.slow.Add(1) >= slowRun {
-		sc.nt.Store(true)
+// observe records one timed copy of n bytes, made as pick said, that
+// took dt. Copies picked before the mode changed are ignored.
+func (sc *storeChooser) observe(kind copyKind, n int, dt time.Duration) {
+	rate := float64(n) / float64(max(dt, 1))
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	switch {
+	case kind == kindTimed && sc.mode == modeOrdinary:
+		if rate >= slowRate {
+			sc.slow, sc.bestSlow = 0, 0
+			return
+		}
+		sc.slow++
+		sc.bestSlow = max(sc.bestSlow, rate)
+		if sc.slow >= slowRun {
+			sc.mode, sc.trial, sc.bestNT = modeTrial, trialLen, 0
+		}
+	case kind == kindTimed && sc.mode == modeNonTemporal:
+		if rate >= slowRate {
+			sc.mode, sc.slow, sc.bestSlow = modeOrdinary, 0, 0
+		}
+	case kind == kindTimedNT && sc.mode == modeTrial:
+		sc.bestNT = max(sc.bestNT, rate)
+		if sc.trial--; sc.trial > 0 {
+			return
+		}
+		if sc.bestNT >= ntGain*sc.bestSlow {
+			sc.mode = modeNonTemporal
+		} else {
+			sc.mode, sc.skip = modeOrdinary, backoff
+		}
+		sc.slow, sc.bestSlow = 0, 0
 	}
 }
 
@@ -84,17 +158,21 @@ var stores storeChooser
 // will read, and returns the number of bytes copied (as copy does).
 func publish(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	nt, timed := stores.pick(n)
+	kind := stores.pick(n)
 	if forceNonTemporal {
-		nt, timed = n >= 64, false
+		kind = kindNT
 	}
-	switch {
-	case nt:
+	switch kind {
+	case kindNT:
 		copyNonTemporal(dst, src, n)
-	case timed:
+	case kindTimed, kindTimedNT:
 		t0 := time.Now()
-		copy(dst[:n], src)
-		stores.observe(n, time.Since(t0))
+		if kind == kindTimed {
+			copy(dst[:n], src)
+		} else {
+			copyNonTemporal(dst, src, n)
+		}
+		stores.observe(kind, n, time.Since(t0))
 	default:
 		copy(dst[:n], src)
 	}

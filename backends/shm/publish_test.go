@@ -18,7 +18,7 @@ func TestCopyNonTemporalCopiesLikeCopy(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i*7 + 3)
 	}
-	defer stores.nt.Store(false)
+	defer func() { forceNonTemporal = false }()
 	lens := []int{0, 1, 63, 64, 65, 127, publishMin - 1, publishMin, publishMin + 1, publishMin + 63, probeMin, 2*probeMin + 129}
 	type copier struct {
 		name string
@@ -30,8 +30,8 @@ func TestCopyNonTemporalCopiesLikeCopy(t *testing.T) {
 			copyNonTemporal(dst, src, n)
 			return n
 		}},
-		{"publish/ordinary", func(dst, src []byte) int { stores.nt.Store(false); return publish(dst, src) }},
-		{"publish/non-temporal", func(dst, src []byte) int { stores.nt.Store(true); return publish(dst, src) }},
+		{"publish", func(dst, src []byte) int { forceNonTemporal = false; return publish(dst, src) }},
+		{"publish/non-temporal", func(dst, src []byte) int { forceNonTemporal = true; return publish(dst, src) }},
 	}
 	for _, c := range copiers {
 		for _, n := range lens {
@@ -51,55 +51,75 @@ func TestCopyNonTemporalCopiesLikeCopy(t *testing.T) {
 
 // TestStoreChooser walks the choice between ordinary and non-temporal
 // stores: small copies are never timed or non-temporal; slowRun slow
-// copies in a row switch to non-temporal, fewer do not, and a fast one in
-// between starts the count again; in non-temporal mode every
-// probeEvery-th large copy is a timed ordinary one, and a fast one
-// switches back.
+// ordinary copies in a row (fewer do not; a fast one starts the count
+// again) start a trial of trialLen timed non-temporal copies; a trial that
+// is fast enough switches to non-temporal stores, one that is not goes
+// back to ordinary stores, untimed for backoff copies; in non-temporal
+// mode every probeEvery-th large copy is a timed ordinary one, and a fast
+// one switches back.
 func TestStoreChooser(t *testing.T) {
 	if !haveCopyNT {
 		t.Skip("no non-temporal copy on this architecture")
 	}
+	const n = probeMin
+	at := func(rate float64) time.Duration { return time.Duration(float64(n) / rate) }
+	slow, fast := at(slowRate/2), at(slowRate*2) // 3 and 12 GB/s
 	var sc storeChooser
-	slow := time.Duration(probeMin/slowRate) + time.Microsecond
-	fast := time.Duration(probeMin/slowRate) - time.Microsecond
-
-	nt, timed := sc.pick(publishMin - 1)
-	require.False(t, nt || timed, "below publishMin: plain copy")
-	nt, timed = sc.pick(publishMin)
-	require.False(t, nt || timed, "ordinary mode, below probeMin: untimed ordinary copy")
-	nt, timed = sc.pick(probeMin)
-	require.True(t, !nt && timed, "ordinary mode, probeMin: timed ordinary copy")
-
-	for i := 0; i < slowRun-1; i++ {
-		sc.observe(probeMin, slow)
+	slowCopies := func(k int) {
+		for i := 0; i < k; i++ {
+			require.Equal(t, kindTimed, sc.pick(n))
+			sc.observe(kindTimed, n, slow)
+		}
 	}
-	sc.observe(probeMin, fast)
-	require.False(t, sc.nt.Load(), "a fast copy restarts the count")
-	for i := 0; i < slowRun-1; i++ {
-		sc.observe(probeMin, slow)
-		require.False(t, sc.nt.Load(), "after %d slow copies", i+1)
-	}
-	sc.observe(probeMin, slow)
-	require.True(t, sc.nt.Load(), "after slowRun slow copies")
 
-	nt, timed = sc.pick(publishMin)
-	require.True(t, nt && !timed, "non-temporal mode, below probeMin: never a probe")
+	require.Equal(t, kindPlain, sc.pick(publishMin-1), "below publishMin")
+	require.Equal(t, kindPlain, sc.pick(publishMin), "ordinary mode, below probeMin: untimed")
+	slowCopies(slowRun - 1)
+	sc.observe(kindTimed, n, fast)
+	require.Equal(t, modeOrdinary, sc.mode, "a fast copy restarts the count")
+	slowCopies(slowRun - 1)
+	require.Equal(t, modeOrdinary, sc.mode)
+	slowCopies(1)
+	require.Equal(t, modeTrial, sc.mode, "after slowRun slow copies")
+
+	// A trial whose copies are not ntGain times faster fails.
+	for i := 0; i < trialLen; i++ {
+		require.Equal(t, kindTimedNT, sc.pick(n))
+		require.Equal(t, kindPlain, sc.pick(publishMin), "trial: small copies stay ordinary")
+		sc.observe(kindTimedNT, n, at(slowRate/2*ntGain*0.9))
+	}
+	require.Equal(t, modeOrdinary, sc.mode, "a slow trial goes back")
+	for i := 0; i < backoff; i++ {
+		require.Equal(t, kindPlain, sc.pick(n), "untimed during the back-off")
+	}
+	require.Equal(t, kindTimed, sc.pick(n), "timed again after the back-off")
+
+	// A fast trial (only its best copy counts) switches.
+	slowCopies(slowRun)
+	require.Equal(t, modeTrial, sc.mode)
+	sc.observe(kindTimed, n, fast) // a stale ordinary copy: ignored
+	require.Equal(t, modeTrial, sc.mode)
+	for i := 0; i < trialLen; i++ {
+		d := slow
+		if i == 1 {
+			d = at(slowRate / 2 * ntGain * 1.1)
+		}
+		sc.observe(kindTimedNT, n, d)
+	}
+	require.Equal(t, modeNonTemporal, sc.mode, "a fast trial switches")
+
+	require.Equal(t, kindNT, sc.pick(publishMin), "non-temporal mode, below probeMin: never a probe")
 	probes := 0
 	for i := 0; i < 4*probeEvery; i++ {
-		nt, timed = sc.pick(probeMin)
-		require.True(t, nt != timed, "either non-temporal or a timed probe")
-		if timed {
+		k := sc.pick(n)
+		require.Contains(t, []copyKind{kindNT, kindTimed}, k)
+		if k == kindTimed {
 			probes++
-			sc.observe(probeMin, slow)
+			sc.observe(kindTimed, n, slow)
 		}
 	}
-	require.InDelta(t, 4, probes, 1, "one probe in probeEvery large copies")
-	require.True(t, sc.nt.Load(), "slow probes keep non-temporal mode")
-	for {
-		if _, timed = sc.pick(probeMin); timed {
-			break
-		}
-	}
-	sc.observe(probeMin, fast)
-	require.False(t, sc.nt.Load(), "a fast probe switches back")
+	require.Equal(t, 4, probes, "one probe in probeEvery large copies")
+	require.Equal(t, modeNonTemporal, sc.mode, "slow probes keep non-temporal mode")
+	sc.observe(kindTimed, n, fast)
+	require.Equal(t, modeOrdinary, sc.mode, "a fast probe switches back")
 }
