@@ -44,8 +44,8 @@ func eachGroup(t *testing.T, f func(t *testing.T, arenas []*Arena)) {
 	for _, gc := range groupConfigs {
 		for _, p := range worldSizes {
 			t.Run(fmt.Sprintf("%s/P%d", gc.name, p), func(t *testing.T) {
-				forceNonTemporal = gc.nt
-				defer func() { forceNonTemporal = false }()
+				forceNonTemporal.Store(gc.nt)
+				defer forceNonTemporal.Store(false)
 				f(t, openGroup(t, p, gc.mod))
 			})
 		}

@@ -92,8 +92,8 @@ func TestSendLargeStreams(t *testing.T) {
 	// Ring copies of 64 bytes and more are non-temporal (publish.go);
 	// messages below cmaMin, which go through the ring.
 	t.Run("non-temporal", func(t *testing.T) {
-		forceNonTemporal = true
-		defer func() { forceNonTemporal = false }()
+		forceNonTemporal.Store(true)
+		defer forceNonTemporal.Store(false)
 		testSendLargeStreams(t, 4096, cmaMin-1, 10_007)
 	})
 }

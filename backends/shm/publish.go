@@ -2,6 +2,7 @@ package shm
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -31,11 +32,20 @@ import (
 // the fastest of those ran at least ntGain times as fast as the fastest of
 // the slow ordinary ones: where ordinary copies are slow for a reason that
 // non-temporal stores do not remove (memory bandwidth shared by many
-// ranks), it goes back to ordinary stores and stops timing for backoff
-// copies. On different dies the trial copies ran at 16-21 GB/s, against
-// 2.7-5.5 GB/s for the slow ordinary ones. In non-temporal mode every
-// probeEvery-th copy of probeMin bytes or more is an ordinary, timed one,
-// and a fast one switches back.
+// ranks), it goes back to ordinary stores and leaves its next backoff
+// copies of probeMin bytes or more untimed. On different dies the trial
+// copies ran at 16-21 GB/s, against 2.7-5.5 GB/s for the slow ordinary
+// ones. A slow run or a trial whose samples lie more than staleAfter apart
+// starts over (the CPUs may have moved in between). In non-temporal mode
+// every probeEvery-th copy of publishMin bytes or more is an ordinary,
+// timed one, and a fast one switches back; every op that writes large
+// pieces into the arena makes such copies, so a process never stays in
+// that mode for want of probes.
+//
+// The trial sees only the writer's side; the cost of non-temporal stores
+// falls on the readers, who then read from memory instead of a shared
+// cache. Where CPUs share a cache, ordinary copies run fast and no trial
+// starts; the probes switch back as soon as they do.
 const (
 	publishMin = 16 << 10 // smallest copy made non-temporal
 	probeMin   = 64 << 10 // smallest copy timed
@@ -45,6 +55,7 @@ const (
 	ntGain     = 2.0
 	backoff    = 4096
 	probeEvery = 32
+	staleAfter = time.Second
 )
 
 type storeMode int
@@ -70,86 +81,99 @@ const (
 type storeChooser struct {
 	mu       sync.Mutex
 	mode     storeMode
-	slow     int     // timed ordinary copies in a row below slowRate
-	bestSlow float64 // the fastest of them, bytes per nanosecond
-	trial    int     // timed non-temporal copies still to make
-	bestNT   float64 // the fastest of those made, bytes per nanosecond
-	skip     int     // copies still to make untimed after a failed trial
-	count    int     // non-temporal copies of probeMin bytes or more, for probing
+	epoch    uint64    // bumped by every change of mode
+	last     time.Time // when the slow run or the trial last had a sample
+	slow     int       // timed ordinary copies in a row below slowRate
+	bestSlow float64   // the fastest of them, bytes per nanosecond
+	trial    int       // timed non-temporal copies still to make
+	bestNT   float64   // the fastest of those made, bytes per nanosecond
+	skip     int       // copies still to make untimed after a failed trial
+	count    int       // non-temporal copies of publishMin bytes or more, for probing
 }
 
-// pick says how to copy n bytes.
-func (sc *storeChooser) pick(n int) copyKind {
-	if !haveCopyNT || n < publishMin {
-		return kindPlain
-	}
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	switch sc.mode {
-	case modeNonTemporal:
-		if n < probeMin {
-			return kindNT
-		}
-		if sc.count++; sc.count%probeEvery == 0 {
-			return kindTimed
-		}
-		return kindNT
-	case modeTrial:
-		if n < probeMin {
-			return kindPlain
-		}
-		return kindTimedNT
-	default:
-		if n < probeMin {
-			return kindPlain
-		}
-		if sc.skip > 0 {
-			sc.skip--
-			return kindPlain
-		}
-		return kindTimed
-	}
-}
-
-// observe records one timed copy of n bytes, made as pick said, that
-// took dt. Copies picked before the mode changed are ignored.
-func (sc *storeChooser) observe(kind copyKind, n int, dt time.Duration) {
-	rate := float64(n) / float64(max(dt, 1))
+// pick says how to copy n bytes, at least publishMin, and the epoch to
+// hand back to observe.
+func (sc *storeChooser) pick(n int) (copyKind, uint64) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	switch {
+	case sc.mode == modeNonTemporal:
+		if sc.count++; sc.count%probeEvery == 0 {
+			return kindTimed, sc.epoch
+		}
+		return kindNT, sc.epoch
+	case n < probeMin:
+		return kindPlain, sc.epoch
+	case sc.mode == modeTrial:
+		return kindTimedNT, sc.epoch
+	case sc.skip > 0:
+		sc.skip--
+		return kindPlain, sc.epoch
+	default:
+		return kindTimed, sc.epoch
+	}
+}
+
+// setMode changes the mode and starts a new epoch.
+func (sc *storeChooser) setMode(m storeMode) {
+	sc.mode = m
+	sc.epoch++
+	sc.slow, sc.bestSlow, sc.trial, sc.bestNT = 0, 0, 0, 0
+}
+
+// observe records one timed copy of n bytes, made as pick said in epoch,
+// that took dt and ended at now. Copies picked in an earlier epoch are
+// ignored.
+func (sc *storeChooser) observe(kind copyKind, epoch uint64, n int, dt time.Duration, now time.Time) {
+	rate := float64(n) / float64(max(dt, 1))
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if epoch != sc.epoch {
+		return
+	}
+	stale := now.Sub(sc.last) > staleAfter
+	sc.last = now
+	switch {
 	case kind == kindTimed && sc.mode == modeOrdinary:
-		if rate >= slowRate {
+		if rate >= slowRate || stale {
 			sc.slow, sc.bestSlow = 0, 0
+		}
+		if rate >= slowRate {
 			return
 		}
 		sc.slow++
 		sc.bestSlow = max(sc.bestSlow, rate)
 		if sc.slow >= slowRun {
-			sc.mode, sc.trial, sc.bestNT = modeTrial, trialLen, 0
+			best := sc.bestSlow
+			sc.setMode(modeTrial)
+			sc.trial, sc.bestSlow = trialLen, best
 		}
 	case kind == kindTimed && sc.mode == modeNonTemporal:
 		if rate >= slowRate {
-			sc.mode, sc.slow, sc.bestSlow = modeOrdinary, 0, 0
+			sc.setMode(modeOrdinary)
 		}
 	case kind == kindTimedNT && sc.mode == modeTrial:
+		if stale {
+			sc.setMode(modeOrdinary)
+			return
+		}
 		sc.bestNT = max(sc.bestNT, rate)
 		if sc.trial--; sc.trial > 0 {
 			return
 		}
 		if sc.bestNT >= ntGain*sc.bestSlow {
-			sc.mode = modeNonTemporal
+			sc.setMode(modeNonTemporal)
 		} else {
-			sc.mode, sc.skip = modeOrdinary, backoff
+			sc.setMode(modeOrdinary)
+			sc.skip = backoff
 		}
-		sc.slow, sc.bestSlow = 0, 0
 	}
 }
 
 // forceNonTemporal, set only by tests, makes every publish of 64 bytes or
 // more non-temporal, so that the collectives' small test chunks take that
 // path.
-var forceNonTemporal bool
+var forceNonTemporal atomic.Bool
 
 // stores is the process-wide choice: the placement of CPUs it tracks is
 // the host's, the same for every arena.
@@ -159,10 +183,14 @@ var stores storeChooser
 // will read, and returns the number of bytes copied (as copy does).
 func publish(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	kind := stores.pick(n)
-	if forceNonTemporal {
-		kind = kindNT
+	if forceNonTemporal.Load() {
+		copyNonTemporal(dst, src, n)
+		return n
 	}
+	if !haveCopyNT || n < publishMin {
+		return copy(dst, src)
+	}
+	kind, epoch := stores.pick(n)
 	switch kind {
 	case kindNT:
 		copyNonTemporal(dst, src, n)
@@ -173,7 +201,8 @@ func publish(dst, src []byte) int {
 		} else {
 			copyNonTemporal(dst, src, n)
 		}
-		stores.observe(kind, n, time.Since(t0))
+		t1 := time.Now()
+		stores.observe(kind, epoch, n, t1.Sub(t0), t1)
 	default:
 		copy(dst[:n], src)
 	}
@@ -187,6 +216,7 @@ func copyNonTemporal(dst, src []byte, n int) {
 		copy(dst[:n], src)
 		return
 	}
+	dst, src = dst[:n], src[:n]
 	d := unsafe.Pointer(unsafe.SliceData(dst))
 	head := int(-uintptr(d) & 63)
 	copy(dst[:head], src[:head])

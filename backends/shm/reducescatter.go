@@ -66,8 +66,11 @@ func (a *Arena) reduceScatter(c *opCtx, ins [][]byte, out []byte, es int, combin
 		lo, hi := bounds(i)
 		dst := a.area(me, s, P*per, inline)
 		for q := 0; q < P; q++ {
-			if q != me || alias {
+			switch {
+			case q != me:
 				publish(dst[q*per:q*per+hi-lo], ins[q][lo:hi])
+			case alias: // read back only by this rank: keep it in cache
+				copy(dst[q*per:q*per+hi-lo], ins[q][lo:hi])
 			}
 		}
 	}
