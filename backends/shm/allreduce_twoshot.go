@@ -9,7 +9,8 @@ package shm
 // owner's share out. Each share's final bytes are computed once, by its
 // owner, so all ranks end bitwise identical.
 //
-// The reduction accumulates in the owner's slot (hot in cache), relying on
+// The reduction accumulates in the owner's slot (hot in cache, unless the
+// copy-in was non-temporal: see publish), relying on
 // combine being bitwise commutative (see CombineFunc): ranks 0 and 1 start
 // from their own contribution, already in place, since s0 (op) s1 equals
 // s1 (op) s0; the others first copy s0 over theirs and fold their own in
@@ -106,6 +107,7 @@ func (a *Arena) reduceShare(acc, own []byte, s uint64, lo int, combine CombineFu
 			return err
 		}
 	default:
+		// An ordinary copy, not publish: combine reads acc back at once.
 		copy(acc, src(0))
 		first = 1
 	}
