@@ -82,7 +82,7 @@ type storeChooser struct {
 	mu       sync.Mutex
 	mode     storeMode
 	epoch    uint64    // bumped by every change of mode
-	last     time.Time // when the slow run or the trial last had a sample
+	last     time.Time // when the last timed copy ended
 	slow     int       // timed ordinary copies in a row below slowRate
 	bestSlow float64   // the fastest of them, bytes per nanosecond
 	trial    int       // timed non-temporal copies still to make
