@@ -179,6 +179,20 @@ var forceNonTemporal atomic.Bool
 // the host's, the same for every arena.
 var stores storeChooser
 
+// nonTemporalNow reports whether publish is making its large copies
+// non-temporal.
+func nonTemporalNow() bool {
+	if forceNonTemporal.Load() {
+		return true
+	}
+	if !haveCopyNT {
+		return false
+	}
+	stores.mu.Lock()
+	defer stores.mu.Unlock()
+	return stores.mode == modeNonTemporal
+}
+
 // publish copies src into dst, a region of the arena that other ranks
 // will read, and returns the number of bytes copied (as copy does).
 func publish(dst, src []byte) int {
