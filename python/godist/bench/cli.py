@@ -53,7 +53,8 @@ def build_parser():
                    help="comma-separated: ddp, infer, async, or none (default ddp,infer,async)")
     p.add_argument("--scenario-world-sizes", type=str,
                    help="world sizes that run the scenarios (default: all of --world-sizes)")
-    p.add_argument("--ddp-steps", type=int, help="DDP steps per timed block (default 2)")
+    p.add_argument("--ddp-steps", type=int, help="DDP steps per timed block (default 1)")
+    p.add_argument("--ddp-repeats", type=int, help="timed DDP blocks per variant (default 6, --quick 4)")
     p.add_argument("--infer-iters", type=int, help="all_reduces in the inference and async loops (default 1000)")
     p.add_argument("--out", type=str, default=None, help="output directory (default docs/perf)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
@@ -72,13 +73,14 @@ def config_from_args(a) -> Config:
     lo, hi, step = 8, 64 << 20, 4
     if a.quick:
         cfg.mode, step, cfg.target_s, cfg.repeats = "quick", 64, 0.05, 3
-        cfg.warmup_max, cfg.ddp_steps, cfg.infer_iters = 3, 1, 1000
+        cfg.warmup_max, cfg.ddp_steps, cfg.ddp_repeats, cfg.infer_iters = 3, 1, 4, 1000
         cfg.scenario_world_sizes = [2, 4]
         cfg.world_timeout_s = 900
     elif a.smoke:
         cfg.mode, cfg.world_sizes, cfg.target_s, cfg.repeats, cfg.warmup_max = "smoke", [2], 0.004, 2, 1
         cfg.sizes = [8, 64 << 10]
         cfg.ddp_dim, cfg.ddp_layers, cfg.ddp_batch, cfg.ddp_bucket_mb, cfg.ddp_steps = 256, 4, 4, 0.25, 1
+        cfg.ddp_repeats = 2
         cfg.infer_iters = 100
         cfg.world_timeout_s = 240
         cfg.op_timeout_s = 60
@@ -121,6 +123,8 @@ def config_from_args(a) -> Config:
         cfg.scenario_world_sizes = [int(x) for x in _csv_list(a.scenario_world_sizes)]
     if a.ddp_steps:
         cfg.ddp_steps = a.ddp_steps
+    if a.ddp_repeats:
+        cfg.ddp_repeats = a.ddp_repeats
     if a.infer_iters:
         cfg.infer_iters = a.infer_iters
     if a.timeout:

@@ -416,9 +416,9 @@ class RankBench:
                   scale=0.5 if op == "send_recv" else 1.0)
         del data
 
-    def emit(self, op, dtype, nominal, size, count, variants, scale=1.0, extra=None):
+    def emit(self, op, dtype, nominal, size, count, variants, scale=1.0, extra=None, repeats=None):
         """Gather every rank's numbers; rank 0 sends one row per variant."""
-        R = self.cfg.repeats
+        R = repeats or self.cfg.repeats
         vec = []
         for v in variants:
             ok = v.status == "ok" and len(v.times) == R
@@ -516,7 +516,9 @@ class RankBench:
                 v.fn()
         for v in variants:
             v.n = cfg.ddp_steps
-        for r in range(cfg.repeats):
+        # More, shorter blocks than the cells: a step takes 0.1-0.8 s, and the
+        # machine's state (which dies the CPUs sit on) changes over seconds.
+        for r in range(cfg.ddp_repeats):
             for v in (variants if r % 2 == 0 else variants[::-1]):
                 self.time_block(v)
         # Same parameters, same input: both backends must give the same gradients.
@@ -530,7 +532,7 @@ class RankBench:
                  "forward+backward")
         for v in variants:
             v.label = label if v.backend != NO_COMM else label + ", no communication (floor)"
-        self.emit("ddp_step", "float32", nparams * 4, nparams * 4, nparams, variants)
+        self.emit("ddp_step", "float32", nparams * 4, nparams * 4, nparams, variants, repeats=cfg.ddp_repeats)
         del models
 
     def infer(self, async_op: bool = False):
