@@ -73,18 +73,6 @@ def _pct(samples, q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-# The backend name of the DDP step's no-communication floor.
-NO_COMM = "none"
-
-
-def _keep_bucket(state, bucket):
-    """A DDP comm hook that communicates nothing: the bucket as it is."""
-    import torch
-    fut = torch.futures.Future()
-    fut.set_result(bucket.buffer())
-    return fut
-
-
 class Variant:
     """One timed thing in a cell: a backend's op (or gloo's fallback)."""
 
@@ -466,9 +454,8 @@ class RankBench:
         if god and ref and god.get("time_us") and ref.get("time_us"):
             ratio = ref["time_us"] / god["time_us"]
             for r in rows:
-                if r["backend"] != NO_COMM:
-                    r["godist_speedup"] = ratio
-                    r["speedup_vs"] = ref["variant"]
+                r["godist_speedup"] = ratio
+                r["speedup_vs"] = ref["variant"]
         for r in rows:
             self.send("row", r)
         no = getattr(self, "_cell_no", None)
@@ -490,12 +477,6 @@ class RankBench:
         nparams = sum(p.numel() for p in base.parameters())
         models = {b: DDP(copy.deepcopy(base), process_group=self.groups[b], bucket_cap_mb=cfg.ddp_bucket_mb)
                   for b in BACKENDS}
-        # The floor: the same step with no communication (a comm hook that
-        # hands every bucket back as it is). A backend's step minus this is
-        # what its gradient all-reduces cost the step.
-        models[NO_COMM] = DDP(copy.deepcopy(base), process_group=self.groups["gloo"],
-                              bucket_cap_mb=cfg.ddp_bucket_mb)
-        models[NO_COMM].register_comm_hook(None, _keep_bucket)
         del base
         x = torch.randn(cfg.ddp_batch, cfg.ddp_dim, generator=torch.Generator().manual_seed(1234 + self.rank))
 
@@ -507,7 +488,6 @@ class RankBench:
             return step
 
         variants = [Variant(b, self.groups[b], stepper(models[b])) for b in BACKENDS]
-        variants.append(Variant(NO_COMM, self.groups["gloo"], stepper(models[NO_COMM])))
         # Warm-up, two steps each: DDP builds its buckets on the first step and
         # rebuilds them in the order the gradients came on the second (new
         # bucket tensors, fresh pages); both ran 2-3.5x slower than later ones.
@@ -531,7 +511,7 @@ class RankBench:
         label = (f"{nparams / 1e6:.1f} M params, {cfg.ddp_bucket_mb:g} MB buckets, batch {cfg.ddp_batch}, "
                  "forward+backward")
         for v in variants:
-            v.label = label if v.backend != NO_COMM else label + ", no communication (floor)"
+            v.label = label
         self.emit("ddp_step", "float32", nparams * 4, nparams * 4, nparams, variants, repeats=cfg.ddp_repeats)
         del models
 
