@@ -53,8 +53,8 @@ def build_parser():
                    help="comma-separated: ddp, infer, async, or none (default ddp,infer,async)")
     p.add_argument("--scenario-world-sizes", type=str,
                    help="world sizes that run the scenarios (default: all of --world-sizes)")
-    p.add_argument("--ddp-steps", type=int, help="DDP steps per timed block (default 1)")
-    p.add_argument("--ddp-repeats", type=int, help="timed DDP blocks per variant (default 6, --quick 4)")
+    p.add_argument("--ddp-steps", type=int, help="DDP steps per timed block (default 3, --quick 2)")
+    p.add_argument("--ddp-repeats", type=int, help="timed DDP blocks per variant (default 4, --quick 3)")
     p.add_argument("--infer-iters", type=int, help="all_reduces in the inference and async loops (default 1000)")
     p.add_argument("--out", type=str, default=None, help="output directory (default docs/perf)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
@@ -73,7 +73,7 @@ def config_from_args(a) -> Config:
     lo, hi, step = 8, 64 << 20, 4
     if a.quick:
         cfg.mode, step, cfg.target_s, cfg.repeats = "quick", 64, 0.05, 3
-        cfg.warmup_max, cfg.ddp_steps, cfg.ddp_repeats, cfg.infer_iters = 3, 1, 4, 1000
+        cfg.warmup_max, cfg.ddp_steps, cfg.ddp_repeats, cfg.infer_iters = 3, 2, 3, 1000
         cfg.scenario_world_sizes = [2, 4]
         cfg.world_timeout_s = 900
     elif a.smoke:

@@ -39,8 +39,8 @@ class Config:
     ddp_layers: int = 6
     ddp_batch: int = 16
     ddp_bucket_mb: float = 25.0
-    ddp_steps: int = 1                      # timed steps per block
-    ddp_repeats: int = 6                    # timed blocks per variant (more, shorter ones than cells)
+    ddp_steps: int = 3                      # timed steps per block
+    ddp_repeats: int = 4                    # timed blocks per variant
     infer_iters: int = 1000
     infer_kib: list = field(default_factory=lambda: [4, 8, 16, 32, 64])
     tcp_only: bool = False

@@ -496,8 +496,9 @@ class RankBench:
                 v.fn()
         for v in variants:
             v.n = cfg.ddp_steps
-        # More, shorter blocks than the cells: a step takes 0.1-0.8 s, and the
-        # machine's state (which dies the CPUs sit on) changes over seconds.
+        # Blocks of several steps: the first step after the other backend's
+        # block runs slower (caches, sleeping threads), and training runs
+        # step after step on one backend.
         for r in range(cfg.ddp_repeats):
             for v in (variants if r % 2 == 0 else variants[::-1]):
                 self.time_block(v)
