@@ -2,22 +2,24 @@ package libgodist
 
 import "github.com/godist/godist/libgodist/transport"
 
-// broadcastPipelined is the binomial tree of broadcast.go with the buffer
-// cut into segments: a rank forwards each segment to its children as soon
-// as it has landed, while later segments are still arriving from its
-// parent, and each child has a sender goroutine of its own (pipeline.go).
+// broadcastPipelined is the binomial tree of broadcast.go in which each
+// child has a sender goroutine of its own (pipeline.go): a rank sends to
+// all its children at once instead of one after the other, and it can cut
+// the buffer into segments of seg bytes, forwarding each as soon as it has
+// landed while later ones are still arriving (broadcast.go passes the whole
+// buffer as one segment; see broadcastSegment).
 // A rank posts all its receives, then tells its parent (an empty message),
 // and a parent sends a child nothing before that: a child still busy with
-// the previous op would otherwise get its first segments as unexpected
-// messages, kept and copied twice (page faults and a memmove of several
-// MiB an op with 8 ranks).
+// the previous op would otherwise get the data as an unexpected message,
+// kept and copied twice (page faults and a memmove of several MiB an op
+// with 8 ranks).
 //
-// Over sockets on a host with few cores every copy costs CPU, so the tree
-// moves the same P-1 buffers as the whole-buffer version. What changes is
-// the memory traffic: a forwarder sends a segment it has just received
-// from the cache instead of reading the whole buffer back from memory
-// later, and the root's sends to its children read each segment at about
-// the same time. The depth is ceil(log2 P) segments instead of buffers.
+// Over sockets on a host with few cores every copy costs CPU, and the tree
+// moves the same P-1 buffers as the one-child-at-a-time version. What
+// changes is how many ranks have work: the root feeds its ceil(log2 P)
+// children together, so from the start as many ranks copy as the tree has
+// edges in use, and each child forwards as soon as its own receive ends
+// rather than after its siblings'.
 func broadcastPipelined(c *comm, buf []byte, root, seg int) error {
 	n := c.size
 	vr := (c.rank - root + n) % n

@@ -66,54 +66,58 @@ func TestRingPipelineTCP(t *testing.T) {
 	}
 }
 
-// TestBroadcastPipelined runs the segmented broadcast tree in memory and
-// over sockets, from every root, with a buffer of exactly one segment (the
-// threshold: the whole-buffer tree), of two (a short last one) and of many;
-// two broadcasts run back to back so the second's segments can arrive
-// while the first's are still being forwarded.
+// TestBroadcastPipelined runs the broadcast tree with concurrent children
+// in memory and over sockets, from every root, with a buffer of exactly
+// the threshold (the one-child-at-a-time tree), just above it and well
+// above it; in segments of 1000 bytes (one, two with a short last one, and
+// many) and whole (seg 0). Two broadcasts run back to back so the second's
+// data can arrive while the first's is still being forwarded.
 func TestBroadcastPipelined(t *testing.T) {
-	defer func(v int) { broadcastSegment = v }(broadcastSegment)
-	broadcastSegment = 1000
+	defer func(m, s int) { broadcastTreeMin, broadcastSegment = m, s }(broadcastTreeMin, broadcastSegment)
+	broadcastTreeMin = 1000
 	for _, kind := range []string{"mem", TransportTCP} {
 		for _, n := range []int{3, 4, 5, 8} {
 			if kind == TransportTCP && n == 8 {
 				continue
 			}
-			t.Run(fmt.Sprintf("%s/n%d", kind, n), func(t *testing.T) {
-				var pgs []*ProcessGroup
-				if kind == "mem" {
-					pgs, _ = group(t, n, 10*time.Second)
-				} else {
-					pgs = connectGroup(t, n, TransportTCP)
-				}
-				for root := 0; root < n; root++ {
-					for _, count := range []int{125, 126, 7_001} {
-						a, b := make([][]byte, n), make([][]byte, n)
-						for r := range a {
-							a[r] = i64s(input(r, count)...)
-							b[r] = i64s(input(r+n, count)...)
-						}
-						requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
-							w1, err := pg.Broadcast(a[r], root, Opts{})
-							if err != nil {
-								return nil, err
+			for _, seg := range []int{1000, 0} {
+				broadcastSegment = seg
+				t.Run(fmt.Sprintf("%s/n%d/seg%d", kind, n, seg), func(t *testing.T) {
+					var pgs []*ProcessGroup
+					if kind == "mem" {
+						pgs, _ = group(t, n, 10*time.Second)
+					} else {
+						pgs = connectGroup(t, n, TransportTCP)
+					}
+					for root := 0; root < n; root++ {
+						for _, count := range []int{125, 126, 7_001} {
+							a, b := make([][]byte, n), make([][]byte, n)
+							for r := range a {
+								a[r] = i64s(input(r, count)...)
+								b[r] = i64s(input(r+n, count)...)
 							}
-							w2, err := pg.Broadcast(b[r], (root+1)%n, Opts{})
-							if err != nil {
-								return nil, err
+							requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+								w1, err := pg.Broadcast(a[r], root, Opts{})
+								if err != nil {
+									return nil, err
+								}
+								w2, err := pg.Broadcast(b[r], (root+1)%n, Opts{})
+								if err != nil {
+									return nil, err
+								}
+								if err := w1.Err(); err != nil {
+									return nil, err
+								}
+								return w2, nil
+							}))
+							for r := range a {
+								require.Equal(t, input(root, count), toI64(a[r]), "first broadcast, rank %d, root %d", r, root)
+								require.Equal(t, input((root+1)%n+n, count), toI64(b[r]), "second broadcast, rank %d, root %d", r, (root+1)%n)
 							}
-							if err := w1.Err(); err != nil {
-								return nil, err
-							}
-							return w2, nil
-						}))
-						for r := range a {
-							require.Equal(t, input(root, count), toI64(a[r]), "first broadcast, rank %d, root %d", r, root)
-							require.Equal(t, input((root+1)%n+n, count), toI64(b[r]), "second broadcast, rank %d, root %d", r, (root+1)%n)
 						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
@@ -124,8 +128,8 @@ func TestBroadcastPipelined(t *testing.T) {
 // time out naming it; rank 1, fed by the root directly, completes (its
 // sender does not wait for rank 2's).
 func TestBroadcastPipelinedMissingRank(t *testing.T) {
-	defer func(v int) { broadcastSegment = v }(broadcastSegment)
-	broadcastSegment = 1000
+	defer func(m, s int) { broadcastTreeMin, broadcastSegment = m, s }(broadcastTreeMin, broadcastSegment)
+	broadcastTreeMin, broadcastSegment = 1000, 1000
 	pgs, _ := group(t, 4, 300*time.Millisecond)
 	want := input(0, 700)
 	bufs := make([][]byte, 4)
