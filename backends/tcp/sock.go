@@ -66,6 +66,9 @@ func sockFromFD(fd int) (*sock, error) {
 	return &sock{fd: fd}, nil
 }
 
+// schedYield gives the CPU to another runnable thread, if there is one.
+func schedYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
 func dupCloexec(fd int) (int, error) {
 	for {
 		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)

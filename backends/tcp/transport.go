@@ -71,8 +71,11 @@ func (t *Transport) isDelegated(r int) bool {
 }
 
 // SetSpin sets how long a goroutine waiting for a message polls the
-// socket without sleeping (Help) before it sleeps on it. Zero (the
-// default) sleeps at once: right when ranks outnumber cores.
+// socket without sleeping (Help) before it sleeps on it. Between polls it
+// yields the CPU (sched_yield), so that a thread it would otherwise keep
+// waiting on its core runs first: the garbage collector's workers, or the
+// reader goroutine a message woke. Zero (the default) sleeps at once:
+// right when ranks outnumber cores.
 func (t *Transport) SetSpin(d time.Duration) { t.spin.Store(int64(d)) }
 
 // Help reads the connection from src on the calling goroutine until done
@@ -139,6 +142,7 @@ func (t *Transport) Help(src int, done <-chan struct{}, until time.Time) bool {
 			gaveUp = true
 			return false
 		}
+		schedYield()
 	}
 }
 
@@ -235,6 +239,7 @@ func (t *Transport) HelpGroup(peers []int, done func() bool, until time.Time) bo
 			for i := range ready {
 				ready[i] = true
 			}
+			schedYield()
 			continue
 		}
 		wake := until
