@@ -1,7 +1,6 @@
 package libgodist
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -204,10 +203,10 @@ func (pg *ProcessGroup) runTask(t *task) {
 		t.w.finish(fmt.Errorf("godist: %s (seq %d): %w", t.w.Op, t.w.Seq, err), -1)
 		return
 	}
-	ctx, cancel := context.WithTimeout(pg.ctx, t.timeout)
+	ctx := newOpContext(pg.ctx, t.timeout)
 	c := &comm{tr: pg.tr, arena: pg.arena, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare}
 	err := safeRun(t.run, c)
-	cancel()
+	ctx.cancel()
 	if err != nil {
 		err = pg.opError(t, err)
 	}

@@ -184,8 +184,8 @@ func (pg *ProcessGroup) Send(buf []byte, peer int, tag int64, o Opts) (*Work, er
 	if timeout <= 0 {
 		timeout = pg.cfg.Timeout
 	}
-	ctx, cancel := context.WithTimeout(pg.ctx, timeout)
-	defer cancel()
+	ctx := newOpContext(pg.ctx, timeout)
+	defer ctx.cancel()
 	err := pg.tr.Send(ctx, peer, transport.P2PTag(tag), buf)
 	if err != nil {
 		err = &OpError{Op: "send", Group: pg.cfg.Group, Peer: peer, Err: err, After: timeout}

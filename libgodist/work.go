@@ -15,7 +15,7 @@ type Work struct {
 	Op  string
 	Seq uint64
 
-	done   chan struct{}
+	done   chan struct{} // made by the first Done before completion; guarded by mu
 	mu     sync.Mutex
 	fired  bool
 	err    error
@@ -30,36 +30,57 @@ type Work struct {
 }
 
 func newWork(op string, seq uint64) *Work {
-	return &Work{Op: op, Seq: seq, done: make(chan struct{}), source: -1}
+	return &Work{Op: op, Seq: seq, source: -1}
 }
 
-// Done is closed when the work completes.
-func (w *Work) Done() <-chan struct{} { return w.done }
+// closedChan is the Done channel of works that completed before anyone
+// asked for one.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// Done is closed when the work completes. The channel is made on the first
+// call: most works complete before anyone asks (synchronous calls) and
+// never need one.
+func (w *Work) Done() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done == nil {
+		if w.fired {
+			return closedChan
+		}
+		w.done = make(chan struct{})
+	}
+	return w.done
+}
 
 // Err is the outcome; valid once Done is closed.
 func (w *Work) Err() error {
-	<-w.done
+	<-w.Done()
 	return w.err
 }
 
 // Source is the rank a receive got its message from (-1 otherwise).
 func (w *Work) Source() int {
-	<-w.done
+	<-w.Done()
 	return w.source
 }
 
 // Wait waits up to d for completion and returns the outcome, or ErrNotReady.
 // d <= 0 polls.
 func (w *Work) Wait(d time.Duration) error {
+	done := w.Done()
 	select {
-	case <-w.done:
+	case <-done:
 		return w.err
 	default:
 	}
 	if d <= 0 {
 		if w.assist != nil && w.assist(time.Time{}) {
 			select {
-			case <-w.done:
+			case <-done:
 				return w.err
 			default:
 			}
@@ -70,7 +91,7 @@ func (w *Work) Wait(d time.Duration) error {
 		until := time.Now().Add(d)
 		if w.assist(until) {
 			select {
-			case <-w.done:
+			case <-done:
 				return w.err
 			default:
 			}
@@ -83,7 +104,7 @@ func (w *Work) Wait(d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-w.done:
+	case <-done:
 		return w.err
 	case <-t.C:
 		return ErrNotReady
@@ -122,7 +143,9 @@ func (w *Work) finish(err error, source int) {
 	w.source = source
 	hooks := w.hooks
 	w.hooks = nil
-	close(w.done)
+	if w.done != nil {
+		close(w.done)
+	}
 	w.mu.Unlock()
 	for _, f := range hooks {
 		f()

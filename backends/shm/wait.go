@@ -34,17 +34,18 @@ import (
 // (pidfd, else kill(pid, 0)). A sleeping waiter wakes at least every
 // WaitPolicy.Sleep to do so, and Close wakes every word at once.
 
-// opCtx is an operation's name and its way out: the context, its done
-// channel and its deadline (zero when none).
+// opCtx is an operation's name and its way out: the context and its
+// deadline (zero when none). Waits poll the context's Err rather than
+// select on its Done channel, which some contexts make only when asked
+// for (libgodist's per-op context).
 type opCtx struct {
-	ctx  context.Context
-	done <-chan struct{}
-	op   string
-	dl   time.Time
+	ctx context.Context
+	op  string
+	dl  time.Time
 }
 
 func newOpCtx(ctx context.Context, op string) opCtx {
-	c := opCtx{ctx: ctx, done: ctx.Done(), op: op}
+	c := opCtx{ctx: ctx, op: op}
 	c.dl, _ = ctx.Deadline()
 	return c
 }
@@ -73,10 +74,8 @@ func (a *Arena) checkWait(c *opCtx, q int, now time.Time, live bool) error {
 		return &transport.PeerError{Op: c.op, Peer: a.globalRank(q),
 			Err: fmt.Errorf("%w: waiting for local rank %d", transport.ErrTimeout, q)}
 	}
-	select {
-	case <-c.done:
+	if c.ctx.Err() != nil {
 		return &transport.PeerError{Op: c.op, Peer: a.globalRank(q), Err: ctxErr(c.ctx)}
-	default:
 	}
 	return a.peerErr(c.op, q, live)
 }

@@ -1,0 +1,89 @@
+package libgodist
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// opContext is the context an op runs under: the group's context with the
+// op's deadline. context.WithTimeout would give every op a timer, a
+// channel and about 500 bytes of garbage; ops that finish without blocking
+// on Done (most small ones on shared memory, which poll Err) then made
+// the garbage collector run every few thousand ops, and its cycles showed
+// as bursts of slow ops. This one makes the timer and channel only when
+// Done is first called.
+//
+// Err reports the deadline as soon as it has passed, before Done is
+// closed; after cancel, Err is context.Canceled.
+type opContext struct {
+	parent   context.Context
+	deadline time.Time
+
+	mu       sync.Mutex
+	inner    atomic.Pointer[innerCtx] // made by the first Done
+	canceled atomic.Bool              // set under mu
+}
+
+type innerCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newOpContext(parent context.Context, timeout time.Duration) *opContext {
+	return &opContext{parent: parent, deadline: time.Now().Add(timeout)}
+}
+
+func (c *opContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Value looks keys up in the group's context (context.Cause finds the
+// group's cause there).
+func (c *opContext) Value(key any) any { return c.parent.Value(key) }
+
+func (c *opContext) Err() error {
+	if in := c.inner.Load(); in != nil {
+		if err := in.ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if c.canceled.Load() {
+		return context.Canceled
+	}
+	if err := c.parent.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (c *opContext) Done() <-chan struct{} {
+	if in := c.inner.Load(); in != nil {
+		return in.ctx.Done()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if in := c.inner.Load(); in != nil {
+		return in.ctx.Done()
+	}
+	ctx, cancel := context.WithDeadline(c.parent, c.deadline)
+	if c.canceled.Load() {
+		cancel()
+	}
+	c.inner.Store(&innerCtx{ctx: ctx, cancel: cancel})
+	return ctx.Done()
+}
+
+// cancel ends the context (idempotent): Done, if made, is closed and its
+// timer stopped.
+func (c *opContext) cancel() {
+	c.mu.Lock()
+	c.canceled.Store(true)
+	in := c.inner.Load()
+	c.mu.Unlock()
+	if in != nil {
+		in.cancel()
+	}
+}
