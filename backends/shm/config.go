@@ -228,20 +228,19 @@ type WaitPolicy struct {
 	// idle group was taken back on each sleep: ~1,200 monitor wake-ups and
 	// 4% of a core a second per idle process, at 8 ms ~100.
 	Idle time.Duration
-	// Spread moves a waiting rank off a CPU it shares with another local
-	// rank when there are CPUs enough for all (spread.go).
+	// Spread moves a waiting rank off a CPU that holds more local ranks
+	// than its share (spread.go).
 	Spread bool
 }
 
 // DefaultWaitPolicy is the policy for size local ranks: spin briefly only
 // when size <= runtime.NumCPU(), then yield-poll, then sleep; keep the
-// ranks on different CPUs when they fit.
+// ranks spread evenly over the CPUs.
 func DefaultWaitPolicy(size int) WaitPolicy {
 	p := WaitPolicy{Yield: 200 * time.Microsecond, Sleep: 5 * time.Millisecond,
-		Liveness: 5 * time.Millisecond, Idle: maxSyscallSleep}
+		Liveness: 5 * time.Millisecond, Idle: maxSyscallSleep, Spread: size > 1}
 	if size <= runtime.NumCPU() {
 		p.Spin = 5 * time.Microsecond
-		p.Spread = size > 1
 	}
 	return p
 }
