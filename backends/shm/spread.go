@@ -20,9 +20,9 @@ import (
 // With more ranks than CPUs the same happens one level up: 4 ranks on 2
 // CPUs settle 3 and 1 for stretches, and the lone rank's yield-polls
 // return at once while its peers queue on the other CPU. Loops of 8-byte
-// all_reduces at P=4 on 2 cores ran at 37-46 µs per op with placement
-// changing between blocks, against 55-95 µs when the ranks were split 3
-// and 1 or moving.
+// all_reduces at P=4 on 2 cores ran at 39-47 µs per op in blocks where
+// the ranks sat 2 and 2 and at 55-75 µs where they sat 3 and 1 or moved;
+// spread, at 37-46 µs in every block.
 //
 // So a rank about to wait publishes the CPU it runs on (ctlCPU), and if
 // its CPU's share (ceil(ranks / CPUs of this thread's affinity); 1 when
