@@ -51,8 +51,10 @@ var allReduceRDMax = 64 << 10
 // Algorithms: with shared memory (co-located ranks), the arena's one-shot
 // or two-shot all-reduce (backends/shm); over TCP, recursive doubling (allreduce_rd.go) for small messages: log2(P)
 // exchanges of the whole buffer, lowest latency; ring reduce-scatter +
-// allgather (allreduce_ring.go) for large ones: 2(P-1)/P of the buffer on the
-// wire per rank, bandwidth-optimal. Both give bitwise identical results on
+// allgather for larger ones: 2(P-1)/P of the buffer on the wire per rank,
+// bandwidth-optimal, run on the caller's thread while a chunk fits in one
+// segment (allreduce_ring_direct.go) and pipelined beyond
+// (allreduce_ring.go). Both give bitwise identical results on
 // every rank (the kernels are commutative bit for bit, and in the ring each
 // chunk's final value is computed once and copied).
 func allReduce(c *comm, buf []byte, s reduceSpec) error {
@@ -66,6 +68,8 @@ func allReduce(c *comm, buf []byte, s reduceSpec) error {
 			err = c.arena.AllReduce(c.ctx, buf, s.dt.Size(), s.combine)
 		} else if len(buf) <= allReduceRDMax || count < c.size {
 			err = allReduceRD(c, buf, s)
+		} else if ringDirect(count, s.dt.Size(), c.size) {
+			err = allReduceRingDirect(c, buf, s)
 		} else {
 			err = allReduceRing(c, buf, s)
 		}

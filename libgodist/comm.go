@@ -18,6 +18,9 @@ type comm struct {
 	rank  int
 	size  int
 	spare bool // this host's ranks fit its cores: an algorithm may keep a second thread busy
+	// every host's ranks fit its cores: the same on every rank, so an
+	// algorithm may choose by it what it sends (unlike spare)
+	allSpare bool
 }
 
 func (c *comm) tag(step uint16) transport.Tag { return transport.CollTag(c.seq, step) }

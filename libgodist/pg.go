@@ -44,6 +44,8 @@ type ProcessGroup struct {
 	arena *shm.Arena  // shared memory of co-located ranks, or nil
 	rdv   *rendezvous // nil once connected or for in-memory groups
 	spare bool        // this host's ranks of the group fit its cores (set at rendezvous)
+	// every host's ranks of the group fit its cores (set at rendezvous; the same on every rank)
+	allSpare bool
 
 	seq     atomic.Uint64 // last sequence number handed out
 	entered atomic.Uint64 // sequence number of the collective running or last run

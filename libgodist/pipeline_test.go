@@ -30,40 +30,60 @@ func TestSegments(t *testing.T) {
 // their receives are posted), on float32 data whose sum depends on the
 // order of additions: every rank must hold the same bits, and the values
 // must match an exact integer sum.
+//
+// With segments of 4000 bytes the 5-element op takes the direct ring
+// (allreduce_ring_direct.go) and the larger ones the pipelined ring; with
+// segments of 4 MiB every op takes the direct ring.
 func TestRingPipelineTCP(t *testing.T) {
 	defer func(v, s int) { allReduceRDMax, ringSegment = v, s }(allReduceRDMax, ringSegment)
-	allReduceRDMax, ringSegment = 16, 4000
-	for _, n := range []int{2, 3, 4} {
-		for _, spare := range []bool{false, true} {
-			t.Run(fmt.Sprintf("n%d/spare=%v", n, spare), func(t *testing.T) {
-				pgs := connectGroup(t, n, TransportTCP)
-				for _, pg := range pgs {
-					pg.spare = spare // reduce on the caller's goroutine, or on one of the ring's own
+	allReduceRDMax = 16
+	for _, seg := range []int{4000, 4 << 20} {
+		ringSegment = seg
+		for _, n := range []int{2, 3, 4} {
+			for _, spare := range []bool{false, true} {
+				if seg > 4000 && spare {
+					continue // the direct ring does not look at spare
 				}
-				for _, count := range []int{5, 10_007, 100_003} {
-					bufs := make([][]byte, n)
-					want := make([]int64, count)
-					for r := range bufs {
-						in := input(r, count)
-						bufs[r] = make([]byte, 4*count)
-						for i, v := range in {
-							binary.LittleEndian.PutUint32(bufs[r][4*i:], math.Float32bits(float32(v)))
-							want[i] += v
+				t.Run(fmt.Sprintf("seg%d/n%d/spare=%v", seg, n, spare), func(t *testing.T) {
+					pgs := connectGroup(t, n, TransportTCP)
+					for _, pg := range pgs {
+						pg.spare = spare // reduce on the caller's goroutine, or on one of the ring's own
+					}
+					for _, count := range []int{5, 10_007, 100_003} {
+						bufs := make([][]byte, n)
+						want := make([]int64, count)
+						for r := range bufs {
+							in := input(r, count)
+							bufs[r] = make([]byte, 4*count)
+							for i, v := range in {
+								binary.LittleEndian.PutUint32(bufs[r][4*i:], math.Float32bits(float32(v)))
+								want[i] += v
+							}
+						}
+						requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+							return pg.AllReduce(bufs[r], ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}, Opts{})
+						}))
+						for r := range bufs {
+							require.Equal(t, bufs[0], bufs[r], "rank %d differs from rank 0", r)
+						}
+						for i, w := range want {
+							require.Equal(t, float32(w), math.Float32frombits(binary.LittleEndian.Uint32(bufs[0][4*i:])), "element %d", i)
 						}
 					}
-					requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
-						return pg.AllReduce(bufs[r], ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}, Opts{})
-					}))
-					for r := range bufs {
-						require.Equal(t, bufs[0], bufs[r], "rank %d differs from rank 0", r)
-					}
-					for i, w := range want {
-						require.Equal(t, float32(w), math.Float32frombits(binary.LittleEndian.Uint32(bufs[0][4*i:])), "element %d", i)
-					}
-				}
-			})
+				})
+			}
 		}
 	}
+}
+
+func TestRingDirectChoice(t *testing.T) {
+	defer func(s int) { ringSegment = s }(ringSegment)
+	ringSegment = 4 << 20
+	require.True(t, ringDirect(2<<20/4, 4, 8), "2 MiB on 8 ranks: 256 KiB chunks")
+	require.True(t, ringDirect(8<<20/4, 4, 2), "8 MiB on 2 ranks: 4 MiB chunks, one segment each")
+	require.False(t, ringDirect(8<<20/4+1, 4, 2), "a chunk one element over a segment")
+	require.False(t, ringDirect(64<<20/4, 4, 8), "64 MiB on 8 ranks: 8 MiB chunks")
+	require.True(t, ringDirect(64<<20/4, 4, 16), "64 MiB on 16 ranks: 4 MiB chunks")
 }
 
 // TestBroadcastPipelined runs the broadcast tree with concurrent children
@@ -73,21 +93,28 @@ func TestRingPipelineTCP(t *testing.T) {
 // many) and whole (seg 0). Two broadcasts run back to back so the second's
 // data can arrive while the first's is still being forwarded.
 func TestBroadcastPipelined(t *testing.T) {
-	defer func(m, s int) { broadcastTreeMin, broadcastSegment = m, s }(broadcastTreeMin, broadcastSegment)
-	broadcastTreeMin = 1000
+	defer func(m, s, ss int) {
+		broadcastTreeMin, broadcastSegment, broadcastSpareSegment = m, s, ss
+	}(broadcastTreeMin, broadcastSegment, broadcastSpareSegment)
+	broadcastTreeMin, broadcastSegment = 1000, 0
 	for _, kind := range []string{"mem", TransportTCP} {
 		for _, n := range []int{3, 4, 5, 8} {
 			if kind == TransportTCP && n == 8 {
 				continue
 			}
 			for _, seg := range []int{1000, 0} {
-				broadcastSegment = seg
+				// Segments come from broadcastSpareSegment, used when every
+				// rank has a core (comm.allSpare); whole otherwise.
+				broadcastSpareSegment = seg
 				t.Run(fmt.Sprintf("%s/n%d/seg%d", kind, n, seg), func(t *testing.T) {
 					var pgs []*ProcessGroup
 					if kind == "mem" {
 						pgs, _ = group(t, n, 10*time.Second)
 					} else {
 						pgs = connectGroup(t, n, TransportTCP)
+					}
+					for _, pg := range pgs {
+						pg.allSpare = seg != 0
 					}
 					for root := 0; root < n; root++ {
 						for _, count := range []int{125, 126, 7_001} {

@@ -54,7 +54,7 @@ func New(cfg Config) (*ProcessGroup, error) {
 	host, _ := os.Hostname()
 	rec := wire.PeerRecord{Version: wire.Version, Session: session, Group: cfg.Group, Rank: int32(cfg.Rank),
 		WorldSize: int32(cfg.Size), Hostname: host, BootID: bootID(), PID: int32(os.Getpid()),
-		Addresses: localAddrs(cfg.BindHost), Transports: []string{"tcp"}}
+		Addresses: localAddrs(cfg.BindHost), Transports: []string{"tcp"}, CPUs: int32(runtime.NumCPU())}
 	if cfg.Transport != TransportTCP {
 		rec.ShmProbe = makeProbe()
 		if rec.ShmProbe != "" {
@@ -141,6 +141,7 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 		tr.SetSpin(tcpSpin)
 		pg.spare = true
 	}
+	pg.allSpare = everyHostSpare(recs)
 	arena, err := pg.setupShm(ctx, me, recs, session)
 	if err != nil {
 		tr.Abort(err)

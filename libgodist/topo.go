@@ -59,6 +59,28 @@ func removeProbe(name string) {
 // host's ranks of the group do not outnumber its cores.
 const tcpSpin = 200 * time.Microsecond
 
+// everyHostSpare reports whether on every host of recs the group's ranks
+// there fit the CPUs its records name. Every rank computes the same answer
+// from the same records, so it may choose what goes on the wire; a record
+// that names no CPUs (an older writer) makes it false.
+func everyHostSpare(recs []wire.PeerRecord) bool {
+	type host struct{ name, boot string }
+	ranks, cpus := map[host]int{}, map[host]int32{}
+	for _, r := range recs {
+		h := host{r.Hostname, r.BootID}
+		ranks[h]++
+		if c, ok := cpus[h]; !ok || r.CPUs < c {
+			cpus[h] = r.CPUs
+		}
+	}
+	for h, n := range ranks {
+		if int(cpus[h]) < n {
+			return false
+		}
+	}
+	return len(recs) > 0
+}
+
 // sameHost counts the ranks of recs on me's host (me included).
 func sameHost(me wire.PeerRecord, recs []wire.PeerRecord) int {
 	n := 0

@@ -24,6 +24,7 @@ type PeerRecord struct {
 	Port       uint16   // TCP port the writer listens on
 	ShmProbe   string   // file name under /dev/shm proving a shared /dev/shm; may be empty
 	Transports []string // transports the writer supports, e.g. "tcp", "shm"
+	CPUs       int32    // CPUs the writer's process may run on; 0 if not said (older writers)
 }
 
 const peerRecordName = "PeerRecord"
@@ -42,6 +43,7 @@ var peerRecordFields = []fieldKind{
 	fU16,       // port
 	fString,    // shm_probe
 	fStringVec, // transports
+	fU32,       // cpus
 }
 
 // Marshal encodes r. It does not validate r; call Validate first to be sure
@@ -75,6 +77,7 @@ func (r *PeerRecord) Marshal() []byte {
 	fb.PeerRecordAddTransports(b, transports)
 	fb.PeerRecordAddVersion(b, r.Version)
 	fb.PeerRecordAddPort(b, r.Port)
+	fb.PeerRecordAddCpus(b, r.CPUs)
 	return seal(b, fb.PeerRecordEnd(b), identPeerRecord)
 }
 
@@ -102,6 +105,7 @@ func UnmarshalPeerRecord(b []byte) (rec PeerRecord, err error) {
 		PID:       t.Pid(),
 		Port:      t.Port(),
 		ShmProbe:  string(t.ShmProbe()),
+		CPUs:      t.Cpus(),
 	}
 	// Bound the lists before copying them out.
 	if n := t.AddressesLength(); n > MaxListLen {
@@ -138,6 +142,9 @@ func (r *PeerRecord) Validate() error {
 		if err := checkString(peerRecordName, f.name, f.val); err != nil {
 			return err
 		}
+	}
+	if r.CPUs < 0 {
+		return malformed(peerRecordName, "CPUs is %d", r.CPUs)
 	}
 	if p := r.ShmProbe; p == "." || p == ".." || strings.ContainsAny(p, "/\x00") {
 		return malformed(peerRecordName, "ShmProbe %q is not a plain file name", p)

@@ -38,6 +38,7 @@ func samplePeer() PeerRecord {
 		Port:       29500,
 		ShmProbe:   "godist-probe-0123456789abcdef-1",
 		Transports: []string{"tcp", "shm"},
+		CPUs:       16,
 	}
 }
 
@@ -63,7 +64,7 @@ func TestPeerRecordRoundTrip(t *testing.T) {
 		{"max values", PeerRecord{
 			Version: Version, Session: math.MaxUint64, Group: maxStr, Rank: math.MaxInt32 - 1, WorldSize: math.MaxInt32,
 			Hostname: maxStr, BootID: maxStr, PID: math.MaxInt32, Addresses: []string{maxStr, maxStr}, Port: math.MaxUint16,
-			ShmProbe: strings.Repeat("p", MaxStringLen), Transports: []string{maxStr},
+			ShmProbe: strings.Repeat("p", MaxStringLen), Transports: []string{maxStr}, CPUs: math.MaxInt32,
 		}},
 		{"max everything", PeerRecord{
 			Version: Version, Session: math.MaxUint64, Group: maxStr, Rank: 0, WorldSize: 1, Hostname: maxStr, BootID: maxStr,
@@ -175,6 +176,7 @@ func TestValidation(t *testing.T) {
 		wantMsg string
 	}{
 		{"peer rank negative", peer(func(r *PeerRecord) { r.Rank = -1 }), decPeer, "rank -1 out of range [0, 4)"},
+		{"peer cpus negative", peer(func(r *PeerRecord) { r.CPUs = -2 }), decPeer, "CPUs is -2"},
 		{"peer rank too big", peer(func(r *PeerRecord) { r.Rank = 4 }), decPeer, "rank 4 out of range [0, 4)"},
 		{"peer world size zero", peer(func(r *PeerRecord) { r.Rank, r.WorldSize = 0, 0 }), decPeer, "world size 0"},
 		{"peer long hostname", peer(func(r *PeerRecord) { r.Hostname = strings.Repeat("h", MaxStringLen+1) }), decPeer, "Hostname is 4097 bytes"},

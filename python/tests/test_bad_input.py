@@ -40,6 +40,14 @@ def _cases(rank, n, pg):
         ("unsupported dtype for reduction", lambda: dist.all_reduce(torch.ones(4, dtype=torch.uint16)), (TypeError,), "uint16"),
         ("all_to_all_single bad splits", lambda: dist.all_to_all_single(torch.zeros(4 * n), torch.zeros(4 * n), [1] * n, [2] * n), (ValueError,), "split"),
     ]
+    if torch.cuda.is_available():
+        # Only on a GPU host: a real CUDA tensor is refused by name, by torch's
+        # dispatch (godist registers for the CPU) and by godist's own check.
+        cases += [
+            ("cuda tensor", lambda: dist.all_reduce(torch.ones(4, device="cuda")), (RuntimeError, ValueError), "cuda"),
+            ("cuda tensor (backend)", lambda: pg._get_backend(torch.device("cpu")).allreduce(
+                [torch.ones(4, device="cuda")], opts), (ValueError,), "device cuda"),
+        ]
     if n > 1:
         cases.append(("all_to_all_single indivisible",
                       lambda: dist.all_to_all_single(torch.zeros(4 * n + 1), torch.zeros(4 * n + 1)), (ValueError,), "divisible"))

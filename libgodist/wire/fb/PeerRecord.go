@@ -171,8 +171,20 @@ func (rcv *PeerRecord) TransportsLength() int {
 	return 0
 }
 
+func (rcv *PeerRecord) Cpus() int32 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(28))
+	if o != 0 {
+		return rcv._tab.GetInt32(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *PeerRecord) MutateCpus(n int32) bool {
+	return rcv._tab.MutateInt32Slot(28, n)
+}
+
 func PeerRecordStart(builder *flatbuffers.Builder) {
-	builder.StartObject(12)
+	builder.StartObject(13)
 }
 func PeerRecordAddVersion(builder *flatbuffers.Builder, version uint16) {
 	builder.PrependUint16Slot(0, version, 0)
@@ -215,6 +227,9 @@ func PeerRecordAddTransports(builder *flatbuffers.Builder, transports flatbuffer
 }
 func PeerRecordStartTransportsVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
 	return builder.StartVector(4, numElems, 4)
+}
+func PeerRecordAddCpus(builder *flatbuffers.Builder, cpus int32) {
+	builder.PrependInt32Slot(12, cpus, 0)
 }
 func PeerRecordEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()
