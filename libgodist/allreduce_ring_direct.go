@@ -2,17 +2,29 @@ package libgodist
 
 import "github.com/godist/godist/libgodist/scratch"
 
-// ringDirect reports whether allReduce uses allReduceRingDirect for count
-// elements of es bytes on n ranks: when every chunk fits in one segment, the
-// pipelined ring (allreduce_ring.go) has nothing to overlap within a step,
-// and its hand-offs to a sender goroutine only add latency. With a core
-// per rank (16 cores, loopback) a 2 MiB all-reduce took 0.77-0.80 /
-// 1.37-1.40 / 1.97-1.98 ms this way at 2 / 4 / 8 ranks, against
-// 1.22-1.27 / 1.66-1.76 / 3.37-3.59 ms through the pipelined ring (gloo:
-// 1.0-1.2 / 1.6-1.8 / 2.5-2.8 ms); on 2 cores the two tied from 2 to 8 MiB
-// at 2, 4 and 8 ranks.
+// ringDirectMax is the largest chunk (bytes) of an all-reduce that
+// allReduceRingDirect runs; larger ones take the pipelined ring. A variable
+// so tests can move it.
+//
+// Small chunks: the pipelined ring (allreduce_ring.go) hands each step's
+// data to a sender goroutine, and with one segment a step it has nothing to
+// overlap, so the hand-offs only add latency. With a core per rank (16
+// cores, loopback) a 2 MiB all-reduce took 0.77-0.80 / 1.37-1.40 /
+// 1.97-1.98 ms run directly at 2 / 4 / 8 ranks, against 1.22-1.27 /
+// 1.66-1.76 / 3.37-3.59 ms pipelined (gloo: 1.0-1.2 / 1.6-1.8 / 2.5-2.8
+// ms). Larger chunks: at 8 MiB the direct ring was ahead at 2 ranks (4 MiB
+// chunks; 3.3-3.5 against 3.7-3.9 ms), behind at 4 (2 MiB chunks; 5.4
+// against 4.3-4.7 ms) and even at 8 (1 MiB chunks); at 64 MiB it lost at
+// 2, 4 and 8 ranks (38 against 31-32 ms, 48 against 33-35, 64 against
+// 54-60). On 2 cores the two tied from 2 to 64 MiB at 2, 4 and 8 ranks.
+var ringDirectMax = 1 << 20
+
+// ringDirect reports whether allReduce runs allReduceRingDirect for count
+// elements of es bytes on n ranks: when each chunk is at most ringDirectMax
+// and fits in one segment.
 func ringDirect(count, es, n int) bool {
-	return (count+n-1)/n*es <= segmentSize(es)
+	chunk := (count + n - 1) / n * es
+	return chunk <= ringDirectMax && chunk <= segmentSize(es)
 }
 
 // allReduceRingDirect is the ring of allreduce_ring.go (reduce-scatter, then

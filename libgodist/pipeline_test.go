@@ -33,7 +33,8 @@ func TestSegments(t *testing.T) {
 //
 // With segments of 4000 bytes the 5-element op takes the direct ring
 // (allreduce_ring_direct.go) and the larger ones the pipelined ring; with
-// segments of 4 MiB every op takes the direct ring.
+// segments of 4 MiB every op takes the direct ring (chunks of at most
+// ringDirectMax).
 func TestRingPipelineTCP(t *testing.T) {
 	defer func(v, s int) { allReduceRDMax, ringSegment = v, s }(allReduceRDMax, ringSegment)
 	allReduceRDMax = 16
@@ -77,13 +78,16 @@ func TestRingPipelineTCP(t *testing.T) {
 }
 
 func TestRingDirectChoice(t *testing.T) {
-	defer func(s int) { ringSegment = s }(ringSegment)
-	ringSegment = 4 << 20
+	defer func(s, d int) { ringSegment, ringDirectMax = s, d }(ringSegment, ringDirectMax)
+	ringSegment, ringDirectMax = 4<<20, 1<<20
 	require.True(t, ringDirect(2<<20/4, 4, 8), "2 MiB on 8 ranks: 256 KiB chunks")
-	require.True(t, ringDirect(8<<20/4, 4, 2), "8 MiB on 2 ranks: 4 MiB chunks, one segment each")
-	require.False(t, ringDirect(8<<20/4+1, 4, 2), "a chunk one element over a segment")
-	require.False(t, ringDirect(64<<20/4, 4, 8), "64 MiB on 8 ranks: 8 MiB chunks")
-	require.True(t, ringDirect(64<<20/4, 4, 16), "64 MiB on 16 ranks: 4 MiB chunks")
+	require.True(t, ringDirect(2<<20/4, 4, 2), "2 MiB on 2 ranks: 1 MiB chunks")
+	require.False(t, ringDirect(2<<20/4+1, 4, 2), "a chunk one element over")
+	require.False(t, ringDirect(8<<20/4, 4, 2), "8 MiB on 2 ranks: 4 MiB chunks")
+	require.True(t, ringDirect(8<<20/4, 4, 8), "8 MiB on 8 ranks: 1 MiB chunks")
+	require.False(t, ringDirect(64<<20/4, 4, 16), "64 MiB on 16 ranks: 4 MiB chunks")
+	ringSegment = 4000
+	require.False(t, ringDirect(2<<20/4, 4, 8), "chunks over a segment go through the pipeline")
 }
 
 // TestBroadcastPipelined runs the broadcast tree with concurrent children
