@@ -65,9 +65,14 @@ def rooted_worker(rank, n, init_file):
     for j in range(n):
         check(f"all_to_all from {j}", outs[j], make_input(j * 10 + rank, torch.float32, 3))
     gouts = [torch.zeros(3) for _ in range(n)]
-    dist.all_to_all(gouts, ins, group=gloo)
-    for j in range(n):
-        check(f"all_to_all vs gloo {j}", outs[j], gouts[j])
+    try:
+        dist.all_to_all(gouts, ins, group=gloo)
+    except RuntimeError as e:  # torch 2.11's gloo has no list form (refused on every rank, before any traffic)
+        if "does not support alltoall" not in str(e):
+            raise
+    else:
+        for j in range(n):
+            check(f"all_to_all vs gloo {j}", outs[j], gouts[j])
     # all_to_all_single: even, uneven with zero-sized splits, 2-D rows
     x = torch.arange(4 * n, dtype=torch.float32) + 100 * rank
     y = torch.zeros(4 * n)
