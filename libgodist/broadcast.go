@@ -19,8 +19,9 @@ var broadcastSegment = 0
 // broadcastSpareSegment is that piece when every rank has a core
 // (comm.allSpare): then a rank forwarding one segment while it receives the
 // next keeps cores busy that would otherwise wait. With 8 ranks on 16
-// cores a 64 MiB broadcast took 24-26 ms in 4 MiB segments against 37-40
-// ms whole (gloo: 51-52 ms). A variable so tests can make it small.
+// cores a 64 MiB broadcast took 24-25 ms in 4 MiB segments against 37-40
+// ms whole (gloo: 51-58 ms); with 4 ranks 20-22 against 36-38 ms (gloo:
+// 38-40 ms). A variable so tests can make it small.
 var broadcastSpareSegment = 4 << 20
 
 // broadcast sends root's buf to every rank along a binomial tree: in the
