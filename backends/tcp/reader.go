@@ -43,6 +43,17 @@ const (
 	// 1.10-1.19x at 8 ranks on 2 cores, 1.10-1.28x to 1.03-1.09x at 4 and
 	// 1.09-1.12x to 1.00-1.02x at 2, against reads of 256 KiB.
 	readChunk = 64 << 20
+	// rcvLowatMax bounds the socket's receive low-water mark (SO_RCVLOWAT)
+	// while a payload is being read: poll(2) and the poller report the
+	// socket readable only once that many bytes of it (or all that is
+	// left, if less) have arrived. Without it a sleeping reader woke for
+	// every few dozen KiB. 64 MiB send/recv loops over TCP, 8 ranks on 2
+	// cores: 77-89 ms per op against 96-112 ms (gloo 97-107 ms), CPU per op
+	// and rank 20-22 against 24-27 ms; 4 ranks: 39-42 against 49-50 ms
+	// (gloo 51-52); 2 ranks unchanged. 64 MiB all_reduce, broadcast and
+	// all_to_all at 4 and 8 ranks took 2-20% less. The kernel caps it at
+	// half the largest receive buffer and grows the buffer to hold it.
+	rcvLowatMax = 1 << 20
 )
 
 var errEOF = fmt.Errorf("%w: connection closed by peer", io.EOF)
@@ -65,8 +76,14 @@ func (rd *reader) pump(t *Transport, p *peer) (bool, error) {
 				return progressed, rd.fail(err)
 			}
 			if !done {
+				// Whoever sleeps on the socket next (a waiter in
+				// poll(2), the reader goroutine in the poller) wakes
+				// once a good part of the rest is there, not at
+				// every packet.
+				p.sk.setLowat(min(rd.d.Len()-rd.got, rcvLowatMax))
 				return progressed, nil
 			}
+			p.sk.setLowat(1)
 			continue
 		}
 		if rd.skip > 0 && rd.r < rd.w {

@@ -29,6 +29,9 @@ import (
 // the socket and makes later calls fail; release closes the descriptor
 // once no call can be using it.
 type sock struct {
+	// lowat is the SO_RCVLOWAT last set (0: never set, the kernel's
+	// default of 1); owned by whoever holds the reader's role.
+	lowat  int
 	fd     int
 	mu     sync.RWMutex // held shared by calls, exclusively by release
 	broken atomic.Bool  // shut locally: calls fail with net.ErrClosed
@@ -64,6 +67,22 @@ func sockFromFD(fd int) (*sock, error) {
 		return nil, fmt.Errorf("tcp: socket: %w", err)
 	}
 	return &sock{fd: fd}, nil
+}
+
+// setLowat sets the socket's receive low-water mark to n bytes (at least
+// 1), if it is not set so already. A failure is ignored: the mark only
+// saves wake-ups.
+func (s *sock) setLowat(n int) {
+	n = max(n, 1)
+	if n == max(s.lowat, 1) {
+		return
+	}
+	if !s.acquire() {
+		return
+	}
+	defer s.mu.RUnlock()
+	s.lowat = n
+	_ = syscall.SetsockoptInt(s.fd, syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, n)
 }
 
 // schedYield gives the CPU to another runnable thread, if there is one.

@@ -300,3 +300,58 @@ func TestParkWakesOnDataAndBreak(t *testing.T) {
 	require.ErrorIs(t, wait(c), net.ErrClosed)
 	require.ErrorIs(t, y.park(), net.ErrClosed)
 }
+
+// rcvLowat reads a socket's SO_RCVLOWAT.
+func rcvLowat(t *testing.T, s *sock) int {
+	t.Helper()
+	v, err := syscall.GetsockoptInt(s.fd, syscall.SOL_SOCKET, syscall.SO_RCVLOWAT)
+	require.NoError(t, err)
+	return v
+}
+
+// TestLowWaterMark: while a large payload is partly read, the socket's
+// receive low-water mark is raised to what is left of it (at most
+// rcvLowatMax), so a sleeping reader wakes for large pieces; once the
+// frame is complete the mark is back to 1 byte, and a small message after
+// it still wakes a waiter asleep in poll(2).
+func TestLowWaterMark(t *testing.T) {
+	trs := connectLoopback(t, 2) // no spin: waiters sleep in poll(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const n = 3 << 20
+	msg := make([]byte, n)
+	for i := range msg {
+		msg[i] = byte(i * 7)
+	}
+	buf := make([]byte, n)
+	r := trs[1].PostRecv(0, transport.P2PTag(1), buf)
+	done := make(chan error, 1)
+	go func() { done <- r.Wait(ctx) }()
+
+	// The frame by hand: header and the first 512 KiB, then a pause.
+	tx, rx := trs[0].peers[1].sk, trs[1].peers[0].sk
+	var hdr [headerSize]byte
+	putHeader(&hdr, header{kind: kindData, tag: transport.P2PTag(1), n: n})
+	first := 512 << 10
+	require.NoError(t, tx.writeParts([][]byte{hdr[:], msg[:first]}, n, time.Time{}, nil))
+	want := min(n-first, rcvLowatMax)
+	for deadline := time.Now().Add(10 * time.Second); rcvLowat(t, rx) != want; {
+		require.True(t, time.Now().Before(deadline), "low-water mark %d, want %d", rcvLowat(t, rx), want)
+		time.Sleep(time.Millisecond)
+	}
+	require.NoError(t, tx.writeParts([][]byte{msg[first:], zeroPad[:padding(n)]}, n, time.Time{}, nil))
+	require.NoError(t, <-done)
+	require.Equal(t, msg, buf)
+	require.Equal(t, 1, rcvLowat(t, rx), "mark left raised after the frame")
+
+	// A small message is not held back by a stale mark.
+	small := make([]byte, 8)
+	r2 := trs[1].PostRecv(0, transport.P2PTag(2), small)
+	go func() { done <- r2.Wait(ctx) }()
+	time.Sleep(20 * time.Millisecond) // the waiter is asleep in poll(2) by now
+	start := time.Now()
+	require.NoError(t, trs[0].Send(ctx, 1, transport.P2PTag(2), []byte("12345678")))
+	require.NoError(t, <-done)
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Equal(t, []byte("12345678"), small)
+}
