@@ -1,6 +1,9 @@
 package libgodist
 
-import "github.com/godist/godist/libgodist/scratch"
+import (
+	"github.com/godist/godist/libgodist/scratch"
+	"github.com/godist/godist/libgodist/transport"
+)
 
 // reduceScatter leaves on rank r the reduction over all ranks of ins[r].
 // Ring: the partial sum of block c starts at rank c+1 and travels right,
@@ -38,22 +41,38 @@ func reduceScatter(c *comm, ins [][]byte, out []byte, s reduceSpec) (err error) 
 			scratch.Put(b)
 		}
 	}()
+	// Step k receives into bufs[k%2] and step k+1 forwards it. Step k+1's
+	// receive is posted once step k's send is done (its buffer was sent
+	// there), before step k's data is waited for: a left neighbour a step
+	// ahead sends into place rather than into an unexpected-message buffer.
+	bufs := [2][]byte{a, b}
 	send := ins[mod(r-1, n)]
+	next := c.post(left, 0, bufs[0])
 	for k := 0; k < n-1; k++ {
-		if err := c.sendRecv(right, send, left, a, 0); err != nil {
+		cur, got := next, bufs[k%2]
+		next = nil
+		if err := c.send(right, 0, send); err != nil {
+			cur.Cancel(err)
+			return err
+		}
+		if k+1 < n-1 {
+			next = c.post(left, 0, bufs[(k+1)%2])
+		}
+		if err := c.wait(cur); err != nil {
+			cancelAll([]*transport.Recv{next}, err)
 			return err
 		}
 		if k == n-2 {
-			if err := combine3(s, out, a, ins[r]); err != nil {
+			if err := combine3(s, out, got, ins[r]); err != nil {
 				return err
 			}
 			break
 		}
-		if err := s.combine(a, ins[mod(r-k-2, n)]); err != nil {
+		if err := s.combine(got, ins[mod(r-k-2, n)]); err != nil {
+			cancelAll([]*transport.Recv{next}, err)
 			return err
 		}
-		send = a
-		a, b = b, a
+		send = got
 	}
 	return s.post(out, n)
 }
