@@ -1,9 +1,6 @@
 package libgodist
 
-import (
-	"github.com/godist/godist/libgodist/scratch"
-	"github.com/godist/godist/libgodist/transport"
-)
+import "github.com/godist/godist/libgodist/scratch"
 
 // reduceScatter leaves on rank r the reduction over all ranks of ins[r].
 // Ring: the partial sum of block c starts at rank c+1 and travels right,
@@ -59,7 +56,9 @@ func reduceScatter(c *comm, ins [][]byte, out []byte, s reduceSpec) (err error) 
 			next = c.post(left, 0, bufs[(k+1)%2])
 		}
 		if err := c.wait(cur); err != nil {
-			cancelAll([]*transport.Recv{next}, err)
+			if next != nil {
+				next.Cancel(err)
+			}
 			return err
 		}
 		if k == n-2 {
@@ -69,7 +68,9 @@ func reduceScatter(c *comm, ins [][]byte, out []byte, s reduceSpec) (err error) 
 			break
 		}
 		if err := s.combine(got, ins[mod(r-k-2, n)]); err != nil {
-			cancelAll([]*transport.Recv{next}, err)
+			if next != nil {
+				next.Cancel(err)
+			}
 			return err
 		}
 		send = got
