@@ -78,16 +78,27 @@ func TestRingPipelineTCP(t *testing.T) {
 }
 
 func TestRingDirectChoice(t *testing.T) {
-	defer func(s, d int) { ringSegment, ringDirectMax = s, d }(ringSegment, ringDirectMax)
-	ringSegment, ringDirectMax = 4<<20, 1<<20
+	defer func(s, d, p int) {
+		ringSegment, ringDirectMax, ringDirectPairMax = s, d, p
+	}(ringSegment, ringDirectMax, ringDirectPairMax)
+	ringSegment, ringDirectMax, ringDirectPairMax = 4<<20, 1<<20, 4<<20
 	require.True(t, ringDirect(2<<20/4, 4, 8), "2 MiB on 8 ranks: 256 KiB chunks")
-	require.True(t, ringDirect(2<<20/4, 4, 2), "2 MiB on 2 ranks: 1 MiB chunks")
-	require.False(t, ringDirect(2<<20/4+1, 4, 2), "a chunk one element over")
-	require.False(t, ringDirect(8<<20/4, 4, 2), "8 MiB on 2 ranks: 4 MiB chunks")
+	require.True(t, ringDirect(2<<20/4, 4, 3), "2 MiB on 3 ranks: 683 KiB chunks")
+	require.True(t, ringDirect(4<<20/4, 4, 4), "4 MiB on 4 ranks: 1 MiB chunks")
+	require.False(t, ringDirect(4<<20/4+1, 4, 4), "a chunk one element over")
+	require.False(t, ringDirect(4<<20/4, 4, 3), "4 MiB on 3 ranks: 1.3 MiB chunks")
 	require.True(t, ringDirect(8<<20/4, 4, 8), "8 MiB on 8 ranks: 1 MiB chunks")
+	require.False(t, ringDirect(16<<20/4, 4, 4), "16 MiB on 4 ranks: 4 MiB chunks")
 	require.False(t, ringDirect(64<<20/4, 4, 16), "64 MiB on 16 ranks: 4 MiB chunks")
+	// Two ranks: up to a whole segment.
+	require.True(t, ringDirect(2<<20/4, 4, 2), "2 MiB on 2 ranks: 1 MiB chunks")
+	require.True(t, ringDirect(8<<20/4, 4, 2), "8 MiB on 2 ranks: 4 MiB chunks")
+	require.True(t, ringDirect(8<<20/2, 2, 2), "8 MiB of 2-byte elements on 2 ranks")
+	require.False(t, ringDirect(8<<20/4+1, 4, 2), "a chunk one element over")
+	require.False(t, ringDirect(16<<20/4, 4, 2), "16 MiB on 2 ranks: 8 MiB chunks")
 	ringSegment = 4000
 	require.False(t, ringDirect(2<<20/4, 4, 8), "chunks over a segment go through the pipeline")
+	require.False(t, ringDirect(8008/4, 4, 2), "on 2 ranks too: 4004-byte chunks")
 }
 
 // TestBroadcastPipelined runs the broadcast tree with concurrent children
