@@ -27,7 +27,7 @@ var ringDirectMax = 1 << 20
 // up to a whole segment. Measured with the rings posting their receives
 // ahead, over TCP, alternating with gloo: 8 MiB at 2 ranks (4 MiB chunks)
 // took 2.8-3.1 ms direct against 3.4-4.1 ms pipelined on 16 cores (gloo
-// 3.3-3.8), and 3.0-3.1 against 3.4-3.7 ms on 2 cores (6 MiB: 2.1-2.2
+// 3.3-3.8), and 3.0-3.3 against 3.4-4.0 ms on 2 cores (6 MiB: 2.1-2.2
 // against 2.4-3.0 ms), at less CPU. With 4 MiB chunks at 4 or 8 ranks the
 // direct ring lost on 16 cores (16 MiB at 4 ranks: 9.2-12.2 ms against
 // 7.0-8.8), and from 16 MiB at 2 ranks the two tied on 2 cores.
