@@ -53,7 +53,8 @@ var allReduceRDMax = 64 << 10
 // exchanges of the whole buffer, lowest latency; ring reduce-scatter +
 // allgather for larger ones: 2(P-1)/P of the buffer on the wire per rank,
 // bandwidth-optimal, run on the caller's thread while a chunk is at most
-// ringDirectMax (allreduce_ring_direct.go) and pipelined beyond
+// ringDirectMax, ringDirectPairMax on two ranks (allreduce_ring_direct.go),
+// and pipelined beyond
 // (allreduce_ring.go). Both give bitwise identical results on
 // every rank (the kernels are commutative bit for bit, and in the ring each
 // chunk's final value is computed once and copied).
