@@ -1,0 +1,119 @@
+"""The benchmark's scenarios, run by every rank after the cells: a DDP
+training step and loops of small all_reduces, godist and gloo side by side
+(``rb`` is the rank's RankBench: its groups, config, timing and rows)."""
+
+from __future__ import annotations
+
+import copy
+
+from .cells import CellData, Variant
+from .config import BACKENDS
+
+
+def ddp(rb):
+    """The DDP step: forward and backward of a model of about 25 M float32
+    parameters in 25 MB buckets, on a DDP model per backend."""
+    torch, cfg, P = rb.torch, rb.cfg, rb.P
+    nn = torch.nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    layers = []
+    for i in range(cfg.ddp_layers):
+        layers.append(nn.Linear(cfg.ddp_dim, cfg.ddp_dim))
+        if i + 1 < cfg.ddp_layers:
+            layers.append(nn.ReLU())
+    base = nn.Sequential(*layers)
+    nparams = sum(p.numel() for p in base.parameters())
+    models = {b: DDP(copy.deepcopy(base), process_group=rb.groups[b], bucket_cap_mb=cfg.ddp_bucket_mb)
+              for b in BACKENDS}
+    del base
+    x = torch.randn(cfg.ddp_batch, cfg.ddp_dim, generator=torch.Generator().manual_seed(1234 + rb.rank))
+
+    def stepper(m):
+        def step():
+            for p in m.parameters():
+                p.grad = None
+            m(x).square().mean().backward()
+        return step
+
+    variants = [Variant(b, rb.groups[b], stepper(models[b])) for b in BACKENDS]
+    # Warm-up, two steps each: DDP builds its buckets on the first step and
+    # rebuilds them in the order the gradients came on the second (new
+    # bucket tensors, fresh pages); both ran 2-3.5x slower than later ones.
+    for v in variants:
+        for _ in range(2):
+            v.fn()
+    for v in variants:
+        v.n = cfg.ddp_steps
+    # Blocks of several steps: the first step after the other backend's
+    # block runs slower (caches, sleeping threads), and training runs
+    # step after step on one backend.
+    for r in range(cfg.ddp_repeats):
+        for v in (variants if r % 2 == 0 else variants[::-1]):
+            rb.time_block(v)
+    # Same parameters, same input: both backends must give the same gradients.
+    wrong = 0
+    for pa, pb in zip(models["godist"].module.parameters(), models["gloo"].module.parameters()):
+        ga, gb = pa.grad, pb.grad
+        tol = 1e-5 * P * (ga.abs() + gb.abs()) + 1e-7 * float(gb.abs().max())
+        wrong += int((~((ga - gb).abs() <= tol)).sum())
+    variants[0].wrong = wrong
+    label = (f"{nparams / 1e6:.1f} M params, {cfg.ddp_bucket_mb:g} MB buckets, batch {cfg.ddp_batch}, "
+             "forward+backward")
+    for v in variants:
+        v.label = label
+    rb.emit("ddp_step", "float32", nparams * 4, nparams * 4, nparams, variants, repeats=cfg.ddp_repeats)
+    del models
+
+def infer(rb, async_op: bool = False):
+    """1000 all_reduces of 4-64 KiB, one after the other: synchronous
+    (infer_loop), or each issued with async_op=True and waited for at
+    once (async_loop: the path of code that issues async ops)."""
+    torch, dist, cfg = rb.torch, rb.dist, rb.cfg
+    sizes = [k * 1024 for k in cfg.infer_kib]
+    bufs = {b: [torch.empty(s // 4, dtype=torch.float32) for s in sizes] for b in BACKENDS}
+    wrong = {b: 0 for b in BACKENDS}
+    for b in BACKENDS:  # correctness, one of each size
+        for s, t in zip(sizes, bufs[b]):
+            d = CellData(torch, "all_reduce", "float32", s, rb.rank, rb.P, rb._base_cache)
+            t.copy_(d.buf)  # x_r
+            if async_op:
+                dist.all_reduce(t, group=rb.groups[b], async_op=True).wait()
+            else:
+                dist.all_reduce(t, group=rb.groups[b])
+            d.buf.copy_(t)
+            wrong[b] += d.mismatches()
+
+    def looper(b):
+        ts, k = bufs[b], len(sizes)
+        g = rb.groups[b]
+        counter = [0]
+
+        def one():
+            dist.all_reduce(ts[counter[0] % k], group=g)
+            counter[0] += 1
+
+        def one_async():
+            dist.all_reduce(ts[counter[0] % k], group=g, async_op=True).wait()
+            counter[0] += 1
+        return one_async if async_op else one
+
+    variants = [Variant(b, rb.groups[b], looper(b)) for b in BACKENDS]
+    half = max(1, cfg.infer_iters // 2)
+    what = "all_reduce(async_op=True).wait()" if async_op else "all_reduce"
+    for v in variants:
+        v.n = half
+        v.wrong = wrong[v.backend]
+        v.label = f"{2 * half} x {what} {cfg.infer_kib[0]}-{cfg.infer_kib[-1]} KiB"
+    # A-B-B-A: two half-loops per backend make the 1000 ops.
+    saved = rb.cfg.repeats
+    rb.cfg.repeats = 2
+    try:
+        for order in (variants, variants[::-1]):
+            for v in order:
+                rb.time_block(v)
+        mean = sum(sizes) // len(sizes)
+        rb.emit("async_loop" if async_op else "infer_loop", "float32", max(sizes), mean, mean // 4, variants)
+    finally:
+        rb.cfg.repeats = saved
