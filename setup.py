@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 
-from setuptools import Distribution, setup
+from setuptools import Distribution, find_packages, setup
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -55,7 +55,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     package_dir={"": "python"},
-    packages=["godist"],
+    packages=find_packages(where="python"),  # godist and its subpackages (godist.bench)
     package_data={"godist": ["libgodist.so", "libgodist.h"]},
     install_requires=["torch>=2.11"],
     entry_points={"torch.distributed.backends": ["godist = godist:_register"]},
