@@ -11,8 +11,9 @@ from .config import BACKENDS
 
 
 def ddp(rb):
-    """The DDP step: forward and backward of a model of about 25 M float32
-    parameters in 25 MB buckets, on a DDP model per backend."""
+    """The DDP step: forward and backward of a stack of Linear layers (about
+    25 M float32 parameters in 25 MB buckets by default; --smoke makes it
+    tiny), one DDP model per backend from the same initial weights."""
     torch, cfg, P = rb.torch, rb.cfg, rb.P
     nn = torch.nn
     from torch.nn.parallel import DistributedDataParallel as DDP
