@@ -33,17 +33,21 @@ func bytesOf(b *C.godist_buf, what string) ([]byte, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: %s: NULL buffer descriptor", libgodist.ErrInvalid, what)
 	}
-	n := int64(b.nbytes)
+	return viewBytes(b.data, int64(b.nbytes), what)
+}
+
+// viewBytes is bytesOf for a pointer and a length.
+func viewBytes(data unsafe.Pointer, n int64, what string) ([]byte, error) {
 	if n < 0 || n > maxBytes {
 		return nil, fmt.Errorf("%w: %s: invalid length %d", libgodist.ErrInvalid, what, n)
 	}
 	if n == 0 {
 		return []byte{}, nil
 	}
-	if b.data == nil {
+	if data == nil {
 		return nil, fmt.Errorf("%w: %s: NULL data pointer with length %d", libgodist.ErrInvalid, what, n)
 	}
-	return unsafe.Slice((*byte)(b.data), int(n)), nil
+	return unsafe.Slice((*byte)(data), int(n)), nil
 }
 
 // listOf views an array of n descriptors.

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import threading
 from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint64, c_void_p
 
 from . import _errors
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 ERRLEN = 4096
 
 
@@ -26,6 +27,18 @@ class GodistBuf(ctypes.Structure):
 
     _fields_ = [("data", c_void_p), ("nbytes", c_int64)]
 
+
+class GodistCall(ctypes.Structure):
+    """C struct godist_call: one single-buffer op's arguments (capi/call.go)."""
+
+    _fields_ = [("pg", c_uint64), ("data", c_void_p), ("nbytes", c_int64), ("arg0", c_int64), ("arg1", c_int64),
+                ("timeout_ms", c_int64), ("notify", c_int64), ("work", c_uint64), ("errbuf", c_void_p),
+                ("errlen", c_int64)]
+
+
+# fill(view, 0, pg, data, nbytes, arg0, arg1, timeout_ms, notify) writes a
+# godist_call block's inputs in one step (struct.error if one does not fit).
+fill = struct.Struct("=QQqqqqq").pack_into
 
 _BUF = POINTER(GodistBuf)
 _U64P = POINTER(c_uint64)
@@ -58,6 +71,13 @@ _DECLS = {
     "godist_monitored_barrier": (c_int, [c_uint64, c_int64, c_int32, c_int32, _U64P] + _ERR),
     "godist_send": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int64, c_int32, _U64P] + _ERR),
     "godist_recv": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int64, c_int32, _U64P] + _ERR),
+    # the same single-buffer ops with their arguments in a godist_call block
+    # (call_block): the synchronous fast paths of process_group.py
+    "godist_call_allreduce": (c_int, [c_void_p]),
+    "godist_call_broadcast": (c_int, [c_void_p]),
+    "godist_call_barrier": (c_int, [c_void_p]),
+    "godist_call_send": (c_int, [c_void_p]),
+    "godist_call_recv": (c_int, [c_void_p]),
     # works
     "godist_work_wait": (c_int, [c_uint64, c_int64, POINTER(c_int32)] + _ERR),
     "godist_work_free": (c_int, [c_uint64]),
@@ -138,14 +158,17 @@ class _Raw:
     """The bare ctypes functions, by short name."""
 
 
-def scratch():
-    """This thread's (error buffer, work handle, pointer to the handle) for a
-    raw call: handle is a c_uint64 the call fills, read right after it."""
-    s = getattr(_tls, "scratch", None)
-    if s is None:
-        h = c_uint64()
-        s = _tls.scratch = (_errbuf(), h, ctypes.byref(h))
-    return s
+def call_block():
+    """This thread's godist_call block as (view, address, block, error
+    buffer): ``fill(view, 0, ...)`` writes its inputs, the raw call_* function
+    takes the address, ``block.work`` holds the handle afterwards and the
+    error buffer the message of a failure."""
+    c = getattr(_tls, "call", None)
+    if c is None:
+        eb = _errbuf()
+        blk = GodistCall(errbuf=ctypes.addressof(eb), errlen=ERRLEN)
+        c = _tls.call = (memoryview(blk).cast("B"), ctypes.addressof(blk), blk, eb)
+    return c
 
 
 class _Lib:
@@ -154,7 +177,8 @@ class _Lib:
     def __init__(self, cdll):
         self._cdll = cdll
         # raw: the bare ctypes functions, for the synchronous fast paths that
-        # pass the error buffer themselves (see scratch) and check _forked.
+        # pass their arguments in a godist_call block (see call_block) and
+        # check _forked themselves.
         self.raw = _Raw()
         for name, (restype, argtypes) in _DECLS.items():
             fn = getattr(cdll, name)

@@ -55,16 +55,6 @@ _SUM = dist.ReduceOp.SUM
 _SIMPLE = frozenset(range(PREMUL_SUM))
 
 
-def fast_op(opts) -> int:
-    """The op code of opts.reduceOp if it needs no factor (not PREMUL_SUM),
-    else -1 (the caller takes the full path through reduce_op)."""
-    rop = opts.reduceOp
-    if rop == _SUM:
-        return 0
-    code = rop.op.value
-    return code if code in _SIMPLE else -1
-
-
 _TIMEOUTS: dict = {}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import datetime
 import os
+import struct
 import threading
 import weakref
 
@@ -20,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from . import _checks, _errors, _lib, _rendezvous, _types
-from ._lib import ERRLEN, GodistBuf
+from ._lib import fill
 from .work import GodistWork, adopt, combine, finish_sync, submit
 
 _live = weakref.WeakSet()
@@ -61,23 +62,17 @@ def _async(opts) -> bool:
     return bool(getattr(opts, "asyncOp", True)) if opts is not None else True
 
 
-# The synchronous fast paths (one dense contiguous CPU tensor, no profiler,
-# torch telling us the call is synchronous) make one raw library call and a
-# completed Work; everything else takes the general path through submit().
+# The fast paths (one dense contiguous CPU tensor, no profiler, torch telling
+# us whether the call is synchronous) fill this thread's godist_call block
+# and make one raw library call (capi/call.go); a synchronous one returns a
+# completed Work. Everything else takes the general path through submit().
 _profiling = torch._C._autograd._profiler_enabled
 _HAS_ASYNC_FLAG = hasattr(dist.AllreduceOptions(), "asyncOp")
+_SUM, _SIMPLE, _TIMEOUTS = _types._SUM, _types._SIMPLE, _types._TIMEOUTS
 
 
 def _sync(opts) -> bool:
     return _HAS_ASYNC_FLAG and opts is not None and not opts.asyncOp and not _lib._forked and not _profiling()
-
-
-def _fast_notify(opts) -> int:
-    """-1 for the synchronous fast path, 2 for the asynchronous one (a Work
-    holding the handle, see work.adopt), 0 when neither applies."""
-    if not _HAS_ASYNC_FLAG or opts is None or _lib._forked or _profiling():
-        return 0
-    return 2 if opts.asyncOp else -1
 
 
 def _one(tensors):
@@ -87,6 +82,21 @@ def _one(tensors):
         if _checks.fast_dtype(t) is not None:
             return t
     return None
+
+
+def _fill(pg, t, arg0, arg1, timeout_ms, notify):
+    """This thread's godist_call block filled for one op on tensor t (None:
+    no buffer), as (address, block, error buffer); None if an argument does
+    not fit its field (the caller takes the general path)."""
+    view, addr, blk, eb = _lib.call_block()
+    try:
+        if t is None:
+            fill(view, 0, pg, 0, 0, arg0, arg1, timeout_ms, notify)
+        else:
+            fill(view, 0, pg, t.data_ptr(), t.nbytes, arg0, arg1, timeout_ms, notify)
+    except struct.error:
+        return None
+    return addr, blk, eb
 
 
 def _chunks(flat: torch.Tensor, n: int):
@@ -119,7 +129,9 @@ class GodistProcessGroup(dist.ProcessGroup):
         lib.pg_create(rank, size, self._name.encode(), self._timeout_ms(), bind or None,
                       b"tcp" if transport == "tcp" else None, ctypes.byref(h))
         self._h = h.value
-        self._raw = lib.raw
+        raw = lib.raw
+        self._call_allreduce, self._call_broadcast = raw.call_allreduce, raw.call_broadcast
+        self._call_barrier, self._call_send, self._call_recv = raw.call_barrier, raw.call_send, raw.call_recv
         try:
             if size > 1:
                 _rendezvous.exchange(store, rank, size, self._h, self._timeout, self._name)
@@ -232,17 +244,24 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     # ----- collectives --------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        notify = _fast_notify(opts)
-        if notify:
-            t = _one(tensors)
-            code = _types.fast_op(opts) if t is not None else -1
-            if code >= 0:
-                eb, hv, hp = _lib.scratch()
-                rc = self._raw.allreduce(self._h, GodistBuf(t.data_ptr(), t.nbytes), _types.DTYPE_CODES[t.dtype], code,
-                                         0.0, _types.fast_timeout(opts), notify, hp, eb, ERRLEN)
-                if notify < 0 or rc != _errors.OK:
-                    return self._track(finish_sync("allreduce", tensors, rc, hv, eb))
-                return self._track(adopt("allreduce", tensors, hv.value, keep=t))
+        # The fast path (one raw call, see _sync) written out in full: a
+        # small all_reduce's Python side costs about as much as its Go side.
+        if _HAS_ASYNC_FLAG and opts is not None and not _lib._forked and not _profiling():
+            if type(tensors) is list and len(tensors) == 1:
+                t = tensors[0]
+                dt = _checks.fast_dtype(t)
+                rop = opts.reduceOp
+                code = 0 if rop == _SUM else rop.op.value
+                if dt is not None and code in _SIMPLE:
+                    notify = 2 if opts.asyncOp else -1
+                    ms = _TIMEOUTS.get(opts.timeout)
+                    view, addr, blk, eb = _lib.call_block()
+                    fill(view, 0, self._h, t.data_ptr(), t.nbytes, dt, code,
+                         ms if ms is not None else _types.fast_timeout(opts), notify)
+                    rc = self._call_allreduce(addr)
+                    if notify < 0 or rc != _errors.OK:
+                        return self._track(finish_sync("allreduce", tensors, rc, blk.work, eb))
+                    return self._track(adopt("allreduce", tensors, blk.work, keep=t))
         op = "allreduce"
         t = _checks.single(op, "tensors", tensors)
         dt = _checks.dtype_code(op, "tensor", t)
@@ -273,11 +292,13 @@ class GodistProcessGroup(dist.ProcessGroup):
         if _sync(opts):
             t = _one(tensors)
             root = opts.rootRank
+            c = None
             if t is not None and opts.rootTensor == 0 and type(root) is int and 0 <= root < self._size:
-                eb, hv, hp = _lib.scratch()
-                rc = self._raw.broadcast(self._h, GodistBuf(t.data_ptr(), t.nbytes), root, _types.fast_timeout(opts),
-                                         -1, hp, eb, ERRLEN)
-                return self._track(finish_sync("broadcast", tensors, rc, hv, eb))
+                c = _fill(self._h, t, root, 0, _types.fast_timeout(opts), -1)
+            if c is not None:
+                addr, blk, eb = c
+                rc = self._call_broadcast(addr)
+                return self._track(finish_sync("broadcast", tensors, rc, blk.work, eb))
         op = "broadcast"
         t = _checks.single(op, "tensors", tensors)
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._size)
@@ -517,10 +538,11 @@ class GodistProcessGroup(dist.ProcessGroup):
         return pairs
 
     def barrier(self, opts=None):
-        if _sync(opts):
-            eb, hv, hp = _lib.scratch()
-            rc = self._raw.barrier(self._h, _types.fast_timeout(opts), -1, hp, eb, ERRLEN)
-            return self._track(finish_sync("barrier", [], rc, hv, eb))
+        c = _fill(self._h, None, 0, 0, _types.fast_timeout(opts), -1) if _sync(opts) else None
+        if c is not None:
+            addr, blk, eb = c
+            rc = self._call_barrier(addr)
+            return self._track(finish_sync("barrier", [], rc, blk.work, eb))
         lib, h, timeout = _lib.load(), self._h, self._t(opts)
         calls = [lambda n, w: lib.barrier(h, timeout, n, w)]
         return self._track(submit("barrier", [], calls, async_op=_async(opts)))
@@ -537,11 +559,14 @@ class GodistProcessGroup(dist.ProcessGroup):
     # ----- point to point -----------------------------------------------
     def send(self, tensors, dstRank, tag=0):
         t = _one(tensors)
+        c = None
         if t is not None and type(dstRank) is int and 0 <= dstRank < self._size and not _lib._forked and not _profiling():
+            c = _fill(self._h, t, dstRank, tag, 0, -1)
+        if c is not None:
             # Sends are eager: done when the call returns.
-            eb, hv, hp = _lib.scratch()
-            rc = self._raw.send(self._h, GodistBuf(t.data_ptr(), t.nbytes), dstRank, int(tag), 0, -1, hp, eb, ERRLEN)
-            return self._track(finish_sync("send", tensors, rc, hv, eb))
+            addr, blk, eb = c
+            rc = self._call_send(addr)
+            return self._track(finish_sync("send", tensors, rc, blk.work, eb))
         op = "send"
         t = _checks.single(op, "tensors", tensors).contiguous()
         dst = _checks.rank(op, "destination rank", dstRank, self._size)
@@ -553,14 +578,17 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     def recv(self, tensors, srcRank, tag=0):
         t = _one(tensors)
+        c = None
         if t is not None and type(srcRank) is int and 0 <= srcRank < self._size and not _lib._forked and not _profiling():
+            c = _fill(self._h, t, srcRank, tag, 0, -1)
+        if c is not None:
             # A message already here completes the receive during the call;
             # otherwise the Work holds its handle like any asynchronous op.
-            eb, hv, hp = _lib.scratch()
-            rc = self._raw.recv(self._h, GodistBuf(t.data_ptr(), t.nbytes), srcRank, int(tag), 0, -1, hp, eb, ERRLEN)
-            if rc == 0 and hv.value:
-                return self._track(adopt("recv", tensors, hv.value, keep=t))
-            return self._track(finish_sync("recv", tensors, rc, hv, eb, srcRank))
+            addr, blk, eb = c
+            rc = self._call_recv(addr)
+            if rc == 0 and blk.work:
+                return self._track(adopt("recv", tensors, blk.work, keep=t))
+            return self._track(finish_sync("recv", tensors, rc, blk.work, eb, srcRank))
         op = "recv"
         t = _checks.single(op, "tensors", tensors)
         src = _checks.rank(op, "source rank", srcRank, self._size)

@@ -403,16 +403,15 @@ def adopt(op: str, outputs, handle: int, keep=None) -> GodistWork:
     return work
 
 
-def finish_sync(op: str, outputs, rc: int, handle, errbuf, source: int = -1) -> GodistWork:
+def finish_sync(op: str, outputs, rc: int, handle: int, errbuf, source: int = -1) -> GodistWork:
     """The end of a synchronous fast path, after a raw call with notify -1:
     raise the call's error, else wait for the op if Go queued it behind
-    earlier asynchronous ones (handle holds its handle; 0 when it finished
-    during the call), and return a completed Work."""
+    earlier asynchronous ones (handle: its handle, 0 when it finished during
+    the call), and return a completed Work."""
     if rc != _errors.OK:
         raise _errors.make_error(rc, errbuf.value.decode("utf-8", "replace"))
-    h = handle.value
-    if h:
-        exc, src = _wait_handle(_lib.load(), h)
+    if handle:
+        exc, src = _wait_handle(_lib.load(), handle)
         if exc is not None:
             raise exc
         if src >= 0:

@@ -102,3 +102,50 @@ def test_bad_input_raises_clearly(n):
     results = run_world(bad_input_worker, n, timeout=120)
     problems = [f"rank {r}: {p}" for r, ps in enumerate(results) for p in ps]
     assert not problems, "\n".join(problems)
+
+
+def call_block_worker(rank, n, init_file):
+    """The godist_call entry points check the block's fields themselves (C
+    callers fill it by hand): out-of-range ranks and codes, a NULL buffer
+    with a length, a stale group handle and a NULL block are errors."""
+    from godist import _errors, _lib
+    from godist._lib import fill
+
+    init(rank, n, init_file, gloo_group=False)
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    raw = _lib.load().raw
+    view, addr, blk, eb = _lib.call_block()
+    t = torch.ones(4)
+    cases = [
+        ("broadcast", (backend._h, t.data_ptr(), t.nbytes, 1 << 40, 0), "root rank 1099511627776 out of range"),
+        ("broadcast", (backend._h, t.data_ptr(), t.nbytes, n, 0), "out of range"),
+        ("send", (backend._h, t.data_ptr(), t.nbytes, -(1 << 33), 0), "destination rank"),
+        ("allreduce", (backend._h, t.data_ptr(), t.nbytes, 2, 1 << 31), "reduce op 2147483648 out of range"),
+        ("allreduce", (backend._h, t.data_ptr(), t.nbytes, 99, 0), "dtype"),
+        ("allreduce", (backend._h, 0, 16, 2, 0), "NULL data pointer with length 16"),
+        ("allreduce", (backend._h, t.data_ptr(), -4, 2, 0), "invalid length -4"),
+        ("barrier", (backend._h + 1000, 0, 0, 0, 0), "handle"),
+    ]
+    problems = []
+    for op, fields, text in cases:
+        fill(view, 0, *fields, 0, -1)
+        rc = getattr(raw, "call_" + op)(addr)
+        msg = eb.value.decode()
+        if rc != _errors.INVALID or text not in msg:
+            problems.append(f"{op} {fields[3:]}: rc {rc}, message {msg!r} (want {text!r})")
+    if raw.call_barrier(None) != _errors.INVALID:
+        problems.append("NULL block accepted")
+    # A good block still works after the bad ones, through the same entry.
+    fill(view, 0, backend._h, t.data_ptr(), t.nbytes, 2, 0, 0, -1)
+    rc = raw.call_allreduce(addr)
+    if rc != _errors.OK or blk.work != 0 or not torch.equal(t, torch.full((4,), float(n))):
+        problems.append(f"good block: rc {rc}, work {blk.work}, {t.tolist()}")
+    dist.destroy_process_group()
+    return problems
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_call_block_checks_fields(n):
+    results = run_world(call_block_worker, n, timeout=120)
+    problems = [f"rank {r}: {p}" for r, ps in enumerate(results) for p in ps]
+    assert not problems, "\n".join(problems)

@@ -1,0 +1,133 @@
+package main
+
+/*
+#include <stdint.h>
+
+#ifndef GODIST_CALL_DEFINED
+#define GODIST_CALL_DEFINED
+// godist_call carries the arguments of one single-buffer op through the
+// godist_call_* entry points, so that the call crosses the C boundary with
+// one pointer. A calling thread keeps one block and refills its leading
+// fields for every call (the error buffer stays); the call reads the block
+// and writes work (and, on failure, the message in errbuf).
+typedef struct godist_call {
+	uint64_t pg;         // process group handle
+	void *data;          // the buffer; NULL only with nbytes 0
+	int64_t nbytes;
+	int64_t arg0;        // allreduce: dtype; broadcast: root; send/recv: peer
+	int64_t arg1;        // allreduce: reduce op; send/recv: tag
+	int64_t timeout_ms;  // <= 0: the group's timeout
+	int64_t notify;      // as for the other collectives
+	uint64_t work;       // out: the work's handle, 0 when none
+	char *errbuf;        // out: the error message
+	int64_t errlen;
+} godist_call;
+#endif
+*/
+import "C"
+
+import (
+	"fmt"
+
+	"github.com/godist/godist/libgodist"
+)
+
+// The godist_call_* functions are godist_allreduce, godist_broadcast,
+// godist_barrier, godist_send and godist_recv with their arguments in a
+// godist_call block (no reduce factor: PREMUL_SUM takes godist_allreduce).
+// They exist for the Python fast paths: converting ten ctypes arguments
+// cost more than the rest of a small synchronous all_reduce's Python side.
+
+// callBlock reads a block's buffer and error buffer. A NULL block returns
+// rc statusInvalid with nowhere to put the message.
+func callBlock(c *C.godist_call) (buf []byte, errbuf *C.char, errlen C.int32_t, err error) {
+	errbuf, errlen = c.errbuf, C.int32_t(min(max(int64(c.errlen), 0), 1<<30))
+	buf, err = viewBytes(c.data, int64(c.nbytes), "buffer")
+	return buf, errbuf, errlen, err
+}
+
+// runCall runs f on the block's group and buffer and stores the outcome.
+func runCall(c *C.godist_call, f func(*libgodist.ProcessGroup, []byte, libgodist.Opts) (*libgodist.Work, error)) (rc C.int) {
+	if c == nil {
+		return statusInvalid
+	}
+	b, errbuf, errlen, err := callBlock(c)
+	defer recoverTo(&rc, errbuf, errlen)
+	c.work = 0
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	pg, err := group(c.pg)
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	notify := C.int32_t(max(min(int64(c.notify), 2), -1))
+	w, err := f(pg, b, opts(C.int64_t(c.timeout_ms), notify))
+	return submitted(w, err, notify, &c.work, errbuf, errlen)
+}
+
+// int32Arg narrows a block field that the op takes as an int32 (a rank, a
+// dtype or op code), refusing values that do not fit.
+func int32Arg(v C.int64_t, what string) (int, error) {
+	if int64(v) != int64(int32(v)) {
+		return 0, fmt.Errorf("%w: %s %d out of range", libgodist.ErrInvalid, what, int64(v))
+	}
+	return int(v), nil
+}
+
+//export godist_call_allreduce
+func godist_call_allreduce(c *C.godist_call) C.int {
+	return runCall(c, func(pg *libgodist.ProcessGroup, b []byte, o libgodist.Opts) (*libgodist.Work, error) {
+		dt, err := int32Arg(c.arg0, "dtype")
+		if err != nil {
+			return nil, err
+		}
+		op, err := int32Arg(c.arg1, "reduce op")
+		if err != nil {
+			return nil, err
+		}
+		return pg.AllReduce(b, reduceArgs(C.int32_t(dt), C.int32_t(op), 0), o)
+	})
+}
+
+//export godist_call_broadcast
+func godist_call_broadcast(c *C.godist_call) C.int {
+	return runCall(c, func(pg *libgodist.ProcessGroup, b []byte, o libgodist.Opts) (*libgodist.Work, error) {
+		root, err := int32Arg(c.arg0, "root rank")
+		if err != nil {
+			return nil, err
+		}
+		return pg.Broadcast(b, root, o)
+	})
+}
+
+//export godist_call_barrier
+func godist_call_barrier(c *C.godist_call) C.int {
+	return runCall(c, func(pg *libgodist.ProcessGroup, _ []byte, o libgodist.Opts) (*libgodist.Work, error) {
+		return pg.Barrier(o)
+	})
+}
+
+//export godist_call_send
+func godist_call_send(c *C.godist_call) C.int {
+	return runCall(c, func(pg *libgodist.ProcessGroup, b []byte, o libgodist.Opts) (*libgodist.Work, error) {
+		peer, err := int32Arg(c.arg0, "destination rank")
+		if err != nil {
+			return nil, err
+		}
+		return pg.Send(b, peer, int64(c.arg1), o)
+	})
+}
+
+// godist_call_recv receives from peer arg0, or from any rank if it is -1.
+//
+//export godist_call_recv
+func godist_call_recv(c *C.godist_call) C.int {
+	return runCall(c, func(pg *libgodist.ProcessGroup, b []byte, o libgodist.Opts) (*libgodist.Work, error) {
+		peer, err := int32Arg(c.arg0, "source rank")
+		if err != nil {
+			return nil, err
+		}
+		return pg.Recv(b, peer, int64(c.arg1), o)
+	})
+}
