@@ -27,6 +27,7 @@ type reader struct {
 	d       transport.Delivery // its delivery
 	got     int                // payload bytes read so far
 	skip    int                // padding bytes after the last payload still to drop
+	lean    bool               // the last payload was large: read the next header alone
 	err     error              // sticky: the stream is unusable (EOF, corrupt, read error)
 }
 
@@ -35,6 +36,10 @@ const (
 	// directMin: a payload remainder at least this large is read straight
 	// into its destination rather than through buf.
 	directMin = 16 << 10
+	// leanMin: after a payload at least this large, the reader reads the
+	// next frame's header alone (one more read(2) per frame) instead of a
+	// whole buf, of which up to 64 KiB of payload would be copied again.
+	leanMin = readBufSize
 	// readChunk is the largest single read straight into a destination:
 	// large enough that one read(2) takes all the socket holds. Fewer,
 	// larger reads mean fewer system calls and fewer window updates, each
@@ -105,7 +110,14 @@ func (rd *reader) pump(t *Transport, p *peer) (bool, error) {
 			rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
 			rd.r = 0
 		}
-		n, err := p.sk.read(rd.buf[rd.w:])
+		into := rd.buf[rd.w:]
+		if rd.lean {
+			// After a large payload the next frame is likely large too:
+			// read up to the end of its header only, so that its payload
+			// goes straight into place rather than partly through buf.
+			into = into[:rd.skip+headerSize-(rd.w-rd.r)]
+		}
+		n, err := p.sk.read(into)
 		if err != nil {
 			return progressed, rd.fail(err)
 		}
@@ -178,6 +190,7 @@ func (rd *reader) payload(sk *sock, progressed *bool) (bool, error) {
 	}
 	rd.inFrame = false
 	rd.skip = padding(n)
+	rd.lean = n >= leanMin
 	rd.d.Finish()
 	return true, nil
 }

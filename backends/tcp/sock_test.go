@@ -96,7 +96,10 @@ func TestFramesPaddedTo64(t *testing.T) {
 // wait (read straight in) or come late (stored, then copied), with
 // waiters that spin and waiters that sleep at once.
 func TestMixedSizesInOrder(t *testing.T) {
-	sizes := []int{0, 1, 5, 63, 64, 65, 100, 16<<10 - 1, 16<<10 + 1, 256<<10 + 3, 1<<20 + 64, 2<<20 + 1}
+	// Small and empty frames after large ones too: the reader then reads
+	// the next header alone (reader.lean), padding first.
+	sizes := []int{0, 1, 5, 63, 64, 65, 100, 16<<10 - 1, 16<<10 + 1, 256<<10 + 3, 1<<20 + 64, 2<<20 + 1,
+		7, 64 << 10, 0, 3, 70<<10 + 5, 1, 64<<10 - 1, 64<<10 + 1, 64 << 10}
 	for _, spin := range []time.Duration{0, 200 * time.Microsecond} {
 		for _, late := range []bool{false, true} {
 			t.Run(fmt.Sprintf("spin=%v/late=%v", spin, late), func(t *testing.T) {
