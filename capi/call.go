@@ -27,26 +27,34 @@ typedef struct godist_call {
 import "C"
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/godist/godist/libgodist"
 )
 
 // The godist_call_* functions are godist_allreduce, godist_broadcast,
 // godist_barrier, godist_send and godist_recv with their arguments in a
-// godist_call block (no reduce factor: PREMUL_SUM takes godist_allreduce).
-// They exist for the Python fast paths: converting ten ctypes arguments
-// cost more than the rest of a small synchronous all_reduce's Python side.
+// godist_call block (no reduce factor: PREMUL_SUM takes godist_allreduce),
+// and godist_work_wait with godist_work_free. They exist for the Python
+// fast paths: converting ten ctypes arguments cost more than the rest of a
+// small synchronous all_reduce's Python side.
 
-// callBlock reads a block's buffer and error buffer. A NULL block returns
-// rc statusInvalid with nowhere to put the message.
+// callBlock reads a block's buffer and error buffer.
 func callBlock(c *C.godist_call) (buf []byte, errbuf *C.char, errlen C.int32_t, err error) {
-	errbuf, errlen = c.errbuf, C.int32_t(min(max(int64(c.errlen), 0), 1<<30))
+	errbuf, errlen = callErr(c)
 	buf, err = viewBytes(c.data, int64(c.nbytes), "buffer")
 	return buf, errbuf, errlen, err
 }
 
+// callErr is a block's error buffer.
+func callErr(c *C.godist_call) (*C.char, C.int32_t) {
+	return c.errbuf, C.int32_t(min(max(int64(c.errlen), 0), 1<<30))
+}
+
 // runCall runs f on the block's group and buffer and stores the outcome.
+// A NULL block gets statusInvalid, with nowhere to put a message.
 func runCall(c *C.godist_call, f func(*libgodist.ProcessGroup, []byte, libgodist.Opts) (*libgodist.Work, error)) (rc C.int) {
 	if c == nil {
 		return statusInvalid
@@ -130,4 +138,32 @@ func godist_call_recv(c *C.godist_call) C.int {
 		}
 		return pg.Recv(b, peer, int64(c.arg1), o)
 	})
+}
+
+// godist_call_work_wait waits up to timeout_ms (0 polls) for the work whose
+// handle is in work. It returns statusNotReady if the work has not
+// completed, leaving the handle as it was; else it frees the handle
+// (godist_work_free), stores the sender's rank of a receive in arg0 (-1
+// for other ops) and returns the work's outcome.
+//
+//export godist_call_work_wait
+func godist_call_work_wait(c *C.godist_call) (rc C.int) {
+	if c == nil {
+		return statusInvalid
+	}
+	errbuf, errlen := callErr(c)
+	defer recoverTo(&rc, errbuf, errlen)
+	h := uint64(c.work)
+	w, err := lookup[*libgodist.Work](h)
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	err = w.Wait(time.Duration(c.timeout_ms) * time.Millisecond)
+	if errors.Is(err, libgodist.ErrNotReady) {
+		return statusNotReady
+	}
+	c.arg0 = C.int64_t(w.Source())
+	handles.drop(h)
+	completions.forget(h)
+	return finish(err, errbuf, errlen)
 }

@@ -37,8 +37,11 @@ class GodistCall(ctypes.Structure):
 
 
 # fill(view, 0, pg, data, nbytes, arg0, arg1, timeout_ms, notify) writes a
-# godist_call block's inputs in one step (struct.error if one does not fit).
+# godist_call block's inputs in one step (struct.error if one does not fit);
+# fill_wait(view, WAIT_AT, timeout_ms, notify, work) those of call_work_wait.
 fill = struct.Struct("=QQqqqqq").pack_into
+fill_wait = struct.Struct("=qqQ").pack_into
+WAIT_AT = GodistCall.timeout_ms.offset
 
 _BUF = POINTER(GodistBuf)
 _U64P = POINTER(c_uint64)
@@ -72,12 +75,13 @@ _DECLS = {
     "godist_send": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int64, c_int32, _U64P] + _ERR),
     "godist_recv": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int64, c_int32, _U64P] + _ERR),
     # the same single-buffer ops with their arguments in a godist_call block
-    # (call_block): the synchronous fast paths of process_group.py
+    # (call_block): the fast paths of process_group.py
     "godist_call_allreduce": (c_int, [c_void_p]),
     "godist_call_broadcast": (c_int, [c_void_p]),
     "godist_call_barrier": (c_int, [c_void_p]),
     "godist_call_send": (c_int, [c_void_p]),
     "godist_call_recv": (c_int, [c_void_p]),
+    "godist_call_work_wait": (c_int, [c_void_p]),
     # works
     "godist_work_wait": (c_int, [c_uint64, c_int64, POINTER(c_int32)] + _ERR),
     "godist_work_free": (c_int, [c_uint64]),

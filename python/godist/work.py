@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from . import _errors, _lib
+from ._lib import WAIT_AT, fill_wait
 
 _WAIT_SLICE_MS = 100
 _HOLD_MAX = 4096
@@ -422,16 +423,19 @@ def finish_sync(op: str, outputs, rc: int, handle: int, errbuf, source: int = -1
 def _wait_handle(lib, h):
     """Wait for a Go work (in slices, so Ctrl-C works), free its handle and
     return (error or None, source rank). An interrupt leaves it allocated:
-    the op may still be writing into its buffers."""
-    src = ctypes.c_int32(-1)
-    try:
-        while lib.work_wait(h, _WAIT_SLICE_MS, ctypes.byref(src)) == _errors.NOT_READY:
-            pass
-        out = None, src.value
-    except Exception as e:  # the op's own error
-        out = e, -1
-    lib.work_free(h)
-    return out
+    the op may still be writing into its buffers. One raw call per slice
+    (godist_call_work_wait through this thread's godist_call block)."""
+    if _lib._forked:
+        raise _lib._forked_error()
+    view, addr, blk, eb = _lib.call_block()
+    wait = lib.raw.call_work_wait
+    rc = _errors.NOT_READY
+    while rc == _errors.NOT_READY:
+        fill_wait(view, WAIT_AT, _WAIT_SLICE_MS, 0, h)
+        rc = wait(addr)
+    if rc == _errors.OK:
+        return None, blk.arg0
+    return _errors.make_error(rc, eb.value.decode("utf-8", "replace")), -1
 
 
 def combine(op: str, works) -> GodistWork:

@@ -109,7 +109,7 @@ def call_block_worker(rank, n, init_file):
     callers fill it by hand): out-of-range ranks and codes, a NULL buffer
     with a length, a stale group handle and a NULL block are errors."""
     from godist import _errors, _lib
-    from godist._lib import fill
+    from godist._lib import WAIT_AT, fill, fill_wait
 
     init(rank, n, init_file, gloo_group=False)
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
@@ -140,6 +140,23 @@ def call_block_worker(rank, n, init_file):
     rc = raw.call_allreduce(addr)
     if rc != _errors.OK or blk.work != 0 or not torch.equal(t, torch.full((4,), float(n))):
         problems.append(f"good block: rc {rc}, work {blk.work}, {t.tolist()}")
+    # call_work_wait: an asynchronous op's handle is waited for and freed
+    # (a second wait finds it gone); a NULL block is refused.
+    live = _lib.load().live_handles()
+    fill(view, 0, backend._h, t.data_ptr(), t.nbytes, 2, 0, 0, 2)
+    rc, h = raw.call_allreduce(addr), blk.work
+    fill_wait(view, WAIT_AT, 60_000, 0, h)
+    rc2 = raw.call_work_wait(addr)
+    if rc != _errors.OK or h == 0 or rc2 != _errors.OK or blk.arg0 != -1 or not torch.equal(t, torch.full((4,), float(n * n))):
+        problems.append(f"async op through call_work_wait: rc {rc}/{rc2}, handle {h}, source {blk.arg0}, {t.tolist()}")
+    if _lib.load().live_handles() != live:
+        problems.append(f"call_work_wait left {_lib.load().live_handles() - live} handles")
+    fill_wait(view, WAIT_AT, 0, 0, h)
+    rc = raw.call_work_wait(addr)
+    if rc != _errors.INVALID or "handle" not in eb.value.decode():
+        problems.append(f"call_work_wait on a freed handle: rc {rc}, {eb.value.decode()!r}")
+    if raw.call_work_wait(None) != _errors.INVALID:
+        problems.append("call_work_wait: NULL block accepted")
     dist.destroy_process_group()
     return problems
 
