@@ -27,9 +27,7 @@ typedef struct godist_call {
 import "C"
 
 import (
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/godist/godist/libgodist"
 )
@@ -153,17 +151,13 @@ func godist_call_work_wait(c *C.godist_call) (rc C.int) {
 	}
 	errbuf, errlen := callErr(c)
 	defer recoverTo(&rc, errbuf, errlen)
-	h := uint64(c.work)
-	w, err := lookup[*libgodist.Work](h)
-	if err != nil {
-		return finish(err, errbuf, errlen)
-	}
-	err = w.Wait(time.Duration(c.timeout_ms) * time.Millisecond)
-	if errors.Is(err, libgodist.ErrNotReady) {
+	w, done, err := waitWork(uint64(c.work), int64(c.timeout_ms))
+	if !done {
 		return statusNotReady
 	}
-	c.arg0 = C.int64_t(w.Source())
-	handles.drop(h)
-	completions.forget(h)
+	if w != nil {
+		c.arg0 = C.int64_t(w.Source())
+		freeWork(uint64(c.work))
+	}
 	return finish(err, errbuf, errlen)
 }

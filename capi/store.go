@@ -58,6 +58,19 @@ import (
 // "wait timeout after 100ms, keys: /k1, /k2" (TCPStore keys as on the wire,
 // with their "/"), and Python raises torch.distributed.DistStoreError.
 
+// keysOf copies a godist_buf array of keys into strings.
+func keysOf(p *C.godist_buf, n C.int32_t) ([]string, error) {
+	views, err := listOf(p, n, "keys")
+	if err != nil {
+		return nil, invalidArg("%v", err)
+	}
+	keys := make([]string, len(views))
+	for i, v := range views {
+		keys[i] = string(v)
+	}
+	return keys, nil
+}
+
 // ----- constructors ------------------------------------------------------
 
 // godist_tcpstore_create connects to the TCPStore server at host:port,

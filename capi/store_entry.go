@@ -3,16 +3,6 @@ package main
 /*
 #include <stdint.h>
 #include <stdlib.h>
-
-#ifndef GODIST_BUF_DEFINED
-#define GODIST_BUF_DEFINED
-// godist_buf describes caller-owned memory (usually a tensor's storage):
-// data may be NULL only when nbytes is 0.
-typedef struct godist_buf {
-	void *data;
-	int64_t nbytes;
-} godist_buf;
-#endif
 */
 import "C"
 
@@ -203,19 +193,6 @@ func bytesAt(p unsafe.Pointer, n C.int64_t, what string) ([]byte, error) {
 func keyAt(p unsafe.Pointer, n C.int64_t) (string, error) {
 	b, err := bytesAt(p, n, "key")
 	return string(b), err
-}
-
-// keysOf copies a godist_buf array of keys into strings.
-func keysOf(p *C.godist_buf, n C.int32_t) ([]string, error) {
-	views, err := listOf(p, n, "keys")
-	if err != nil {
-		return nil, invalidArg("%v", err)
-	}
-	keys := make([]string, len(views))
-	for i, v := range views {
-		keys[i] = string(v)
-	}
-	return keys, nil
 }
 
 // putBytes hands b to C in malloc'd memory (see the comment at the top).

@@ -22,18 +22,34 @@ import (
 //export godist_work_wait
 func godist_work_wait(h C.uint64_t, timeoutMs C.int64_t, source *C.int32_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
-	w, err := lookup[*libgodist.Work](uint64(h))
-	if err != nil {
-		return finish(err, errbuf, errlen)
-	}
-	err = w.Wait(time.Duration(timeoutMs) * time.Millisecond)
-	if errors.Is(err, libgodist.ErrNotReady) {
+	w, done, err := waitWork(uint64(h), int64(timeoutMs))
+	if !done {
 		return statusNotReady
 	}
-	if source != nil {
+	if w != nil && source != nil {
 		*source = C.int32_t(w.Source())
 	}
 	return finish(err, errbuf, errlen)
+}
+
+// waitWork waits up to timeoutMs for work h; done is false while it runs.
+// An unknown handle is done with the lookup's error and no work.
+func waitWork(h uint64, timeoutMs int64) (w *libgodist.Work, done bool, err error) {
+	w, err = lookup[*libgodist.Work](h)
+	if err != nil {
+		return nil, true, err
+	}
+	err = w.Wait(time.Duration(timeoutMs) * time.Millisecond)
+	if errors.Is(err, libgodist.ErrNotReady) {
+		return w, false, nil
+	}
+	return w, true, err
+}
+
+// freeWork releases work handle h (its completion-queue entry too).
+func freeWork(h uint64) {
+	handles.drop(h)
+	completions.forget(h)
 }
 
 // godist_work_free releases a work handle; it returns statusInvalid for an
@@ -45,8 +61,7 @@ func godist_work_free(h C.uint64_t) (rc C.int) {
 	if _, err := lookup[*libgodist.Work](uint64(h)); err != nil {
 		return statusInvalid
 	}
-	handles.drop(uint64(h))
-	completions.forget(uint64(h))
+	freeWork(uint64(h))
 	return statusOK
 }
 

@@ -84,10 +84,11 @@ def _one(tensors):
     return None
 
 
-def _fill(pg, t, arg0, arg1, timeout_ms, notify):
-    """This thread's godist_call block filled for one op on tensor t (None:
-    no buffer), as (address, block, error buffer); None if an argument does
-    not fit its field (the caller takes the general path)."""
+def _call(fn, pg, t, arg0, arg1, timeout_ms, notify):
+    """One raw godist_call_* function fn on tensor t (None: no buffer)
+    through this thread's godist_call block, as (status, work handle, error
+    buffer); None if an argument does not fit its field (the caller takes
+    the general path)."""
     view, addr, blk, eb = _lib.call_block()
     try:
         if t is None:
@@ -96,7 +97,7 @@ def _fill(pg, t, arg0, arg1, timeout_ms, notify):
             fill(view, 0, pg, t.data_ptr(), t.nbytes, arg0, arg1, timeout_ms, notify)
     except struct.error:
         return None
-    return addr, blk, eb
+    return fn(addr), blk.work, eb
 
 
 def _chunks(flat: torch.Tensor, n: int):
@@ -292,13 +293,11 @@ class GodistProcessGroup(dist.ProcessGroup):
         if _sync(opts):
             t = _one(tensors)
             root = opts.rootRank
-            c = None
+            r = None
             if t is not None and opts.rootTensor == 0 and type(root) is int and 0 <= root < self._size:
-                c = _fill(self._h, t, root, 0, _types.fast_timeout(opts), -1)
-            if c is not None:
-                addr, blk, eb = c
-                rc = self._call_broadcast(addr)
-                return self._track(finish_sync("broadcast", tensors, rc, blk.work, eb))
+                r = _call(self._call_broadcast, self._h, t, root, 0, _types.fast_timeout(opts), -1)
+            if r is not None:
+                return self._track(finish_sync("broadcast", tensors, *r))
         op = "broadcast"
         t = _checks.single(op, "tensors", tensors)
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._size)
@@ -538,11 +537,9 @@ class GodistProcessGroup(dist.ProcessGroup):
         return pairs
 
     def barrier(self, opts=None):
-        c = _fill(self._h, None, 0, 0, _types.fast_timeout(opts), -1) if _sync(opts) else None
-        if c is not None:
-            addr, blk, eb = c
-            rc = self._call_barrier(addr)
-            return self._track(finish_sync("barrier", [], rc, blk.work, eb))
+        r = _call(self._call_barrier, self._h, None, 0, 0, _types.fast_timeout(opts), -1) if _sync(opts) else None
+        if r is not None:
+            return self._track(finish_sync("barrier", [], *r))
         lib, h, timeout = _lib.load(), self._h, self._t(opts)
         calls = [lambda n, w: lib.barrier(h, timeout, n, w)]
         return self._track(submit("barrier", [], calls, async_op=_async(opts)))
@@ -559,14 +556,12 @@ class GodistProcessGroup(dist.ProcessGroup):
     # ----- point to point -----------------------------------------------
     def send(self, tensors, dstRank, tag=0):
         t = _one(tensors)
-        c = None
+        r = None
         if t is not None and type(dstRank) is int and 0 <= dstRank < self._size and not _lib._forked and not _profiling():
-            c = _fill(self._h, t, dstRank, tag, 0, -1)
-        if c is not None:
+            r = _call(self._call_send, self._h, t, dstRank, tag, 0, -1)
+        if r is not None:
             # Sends are eager: done when the call returns.
-            addr, blk, eb = c
-            rc = self._call_send(addr)
-            return self._track(finish_sync("send", tensors, rc, blk.work, eb))
+            return self._track(finish_sync("send", tensors, *r))
         op = "send"
         t = _checks.single(op, "tensors", tensors).contiguous()
         dst = _checks.rank(op, "destination rank", dstRank, self._size)
@@ -578,17 +573,16 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     def recv(self, tensors, srcRank, tag=0):
         t = _one(tensors)
-        c = None
+        r = None
         if t is not None and type(srcRank) is int and 0 <= srcRank < self._size and not _lib._forked and not _profiling():
-            c = _fill(self._h, t, srcRank, tag, 0, -1)
-        if c is not None:
+            r = _call(self._call_recv, self._h, t, srcRank, tag, 0, -1)
+        if r is not None:
             # A message already here completes the receive during the call;
             # otherwise the Work holds its handle like any asynchronous op.
-            addr, blk, eb = c
-            rc = self._call_recv(addr)
-            if rc == 0 and blk.work:
-                return self._track(adopt("recv", tensors, blk.work, keep=t))
-            return self._track(finish_sync("recv", tensors, rc, blk.work, eb, srcRank))
+            rc, work, eb = r
+            if rc == _errors.OK and work:
+                return self._track(adopt("recv", tensors, work, keep=t))
+            return self._track(finish_sync("recv", tensors, rc, work, eb, srcRank))
         op = "recv"
         t = _checks.single(op, "tensors", tensors)
         src = _checks.rank(op, "source rank", srcRank, self._size)
