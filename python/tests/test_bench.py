@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+
+from godist.bench.config import MALLOC_ENV
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -33,6 +36,11 @@ def test_bench_smoke(tmp_path):
     # The machine header and progress go to stderr.
     assert "CPU:" in p.stderr and "torch:" in p.stderr and "loadavg" in p.stderr, p.stderr
     assert "[P=2" in p.stderr, p.stderr
+    # The ranks start with glibc's malloc thresholds pinned (config.MALLOC_ENV),
+    # and the DDP rows say how many page faults each backend's steps took.
+    if not any(k in os.environ for k in MALLOC_ENV):
+        for k, v in MALLOC_ENV.items():
+            assert f"{k}={v}" in p.stderr, p.stderr
 
     with open(out / "results.csv", newline="") as f:
         reader = csv.DictReader(f)
@@ -54,6 +62,10 @@ def test_bench_smoke(tmp_path):
                 assert float(r["godist_speedup"]) > 0, r
                 if r["op"] not in ("barrier",) + tuple(SCENARIOS):
                     assert float(r["algbw_GBps"]) > 0 and float(r["busbw_GBps"]) > 0, r
+    ddp_rows = [r for r in rows if r["op"] == "ddp_step"]
+    assert {r["backend"] for r in ddp_rows} == {"godist", "gloo"}, ddp_rows
+    for r in ddp_rows:
+        assert re.search(r"; \d+ page faults per step", r["variant"]), r
     # bfloat16 and int64 spot cells ran.
     assert {"float32", "bfloat16", "int64"} <= {r["dtype"] for r in rows}
 

@@ -20,7 +20,8 @@ import tempfile
 import time
 
 from . import machine, report
-from .config import OP_ALIASES, OPS, SCENARIOS, Config, geometric_sizes, human_bytes, parse_bytes, spot_sizes_for
+from .config import (MALLOC_ENV, OP_ALIASES, OPS, SCENARIOS, Config, geometric_sizes, human_bytes, parse_bytes,
+                     spot_sizes_for)
 
 
 def _csv_list(text):
@@ -60,6 +61,9 @@ def build_parser():
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--tcp-only", action="store_true",
                    help="set GODIST_TRANSPORT=tcp in the ranks: godist uses TCP even between ranks on one host")
+    p.add_argument("--default-malloc", action="store_true",
+                   help="leave glibc's malloc thresholds as they are in the ranks (by default they are pinned, "
+                        "see MALLOC_ENV in config.py)")
     p.add_argument("--timeout", type=float, help="seconds one world size may run before it is killed (default 1800)")
     p.add_argument("--op-timeout", type=float, help="process-group timeout in seconds (default 300)")
     p.add_argument("--note", type=str, help="free text added to the report header (e.g. what was built from where)")
@@ -132,6 +136,7 @@ def config_from_args(a) -> Config:
     if a.op_timeout:
         cfg.op_timeout_s = a.op_timeout
     cfg.tcp_only = a.tcp_only
+    cfg.pin_malloc = not a.default_malloc
     cfg.spot_sizes = spot_sizes_for(cfg.sizes)
     if any(p < 2 for p in cfg.world_sizes):
         raise SystemExit("--world-sizes: every world size must be at least 2")
@@ -211,10 +216,13 @@ def main(argv=None) -> int:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     if cfg.tcp_only:
         os.environ["GODIST_TRANSPORT"] = "tcp"
+    if cfg.pin_malloc:
+        for k, v in MALLOC_ENV.items():
+            os.environ.setdefault(k, v)
 
     m = machine.info()
     header = machine.header_lines(m)
-    env_line = ", ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "GODIST_TRANSPORT")
+    env_line = ", ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "GODIST_TRANSPORT", *MALLOC_ENV)
                          if k in os.environ)
     header.append(f"env:     {env_line}")
     header.append(f"run:     mode {cfg.mode}; P {cfg.world_sizes}; ops {', '.join(cfg.ops)}; "

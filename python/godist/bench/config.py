@@ -18,6 +18,18 @@ OP_ALIASES = {
 # Collectives that reduce (they get the bfloat16 / int64 spot cells).
 REDUCING = ("all_reduce", "reduce_scatter_tensor")
 SCENARIOS = ("ddp", "infer", "async")
+# glibc malloc settings the ranks start with (unless --default-malloc).
+# The DDP scenario keeps one model per backend in each rank, and their
+# gradients (100 MB each, freed at the start of every step) share one
+# heap. With glibc's defaults, whichever model's gradients lie at the top of
+# the heap has them trimmed back to the kernel when they are freed and
+# faults every page in again in the next backward pass: about 25,000 page
+# faults and 25-40 ms per step on one backend and none on the other,
+# decided by allocation order, not by the backend (measured at 2 ranks on
+# a 2-core VM; the same order swapped which backend paid). Pinning the
+# mmap threshold (32 MiB, glibc's largest) and a trim threshold of 1 GiB
+# keeps every step of both models on memory the process already has.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 DTYPES = ("float32", "bfloat16", "int64", "float64", "float16", "int32")
 
 
@@ -44,6 +56,7 @@ class Config:
     infer_iters: int = 1000
     infer_kib: list = field(default_factory=lambda: [4, 8, 16, 32, 64])
     tcp_only: bool = False
+    pin_malloc: bool = True                 # start the ranks with MALLOC_ENV
     op_timeout_s: float = 300.0             # both process groups' timeout
     world_timeout_s: float = 1800.0         # one world size, all cells
 

@@ -5,6 +5,7 @@ training step and loops of small all_reduces, godist and gloo side by side
 from __future__ import annotations
 
 import copy
+import resource
 
 from .cells import CellData, Variant
 from .config import BACKENDS
@@ -50,9 +51,17 @@ def ddp(rb):
     # Blocks of several steps: the first step after the other backend's
     # block runs slower (caches, sleeping threads), and training runs
     # step after step on one backend.
+    # Page faults per step, counted around each backend's blocks: a backend
+    # whose steps fault their gradients in again pays for the allocator,
+    # not for its collectives (see MALLOC_ENV in config.py).
+    faults = {v.backend: 0 for v in variants}
     for r in range(cfg.ddp_repeats):
         for v in (variants if r % 2 == 0 else variants[::-1]):
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             rb.time_block(v)
+            faults[v.backend] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+    per_step = rb.agree([faults[v.backend] // (cfg.ddp_repeats * cfg.ddp_steps) for v in variants],
+                        rb.dist.ReduceOp.MAX)
     # Same parameters, same input: both backends must give the same gradients.
     wrong = 0
     for pa, pb in zip(models["godist"].module.parameters(), models["gloo"].module.parameters()):
@@ -62,8 +71,8 @@ def ddp(rb):
     variants[0].wrong = wrong
     label = (f"{nparams / 1e6:.1f} M params, {cfg.ddp_bucket_mb:g} MB buckets, batch {cfg.ddp_batch}, "
              "forward+backward")
-    for v in variants:
-        v.label = label
+    for v, f in zip(variants, per_step):
+        v.label = f"{label}; {f} page faults per step (most on one rank)"
     rb.emit("ddp_step", "float32", nparams * 4, nparams * 4, nparams, variants, repeats=cfg.ddp_repeats)
     del models
 
