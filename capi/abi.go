@@ -9,7 +9,7 @@ import "runtime"
 
 // abiVersion is bumped on any incompatible change to the exported functions.
 // python/godist/_lib.py refuses to load a library with another version.
-const abiVersion = 4
+const abiVersion = 5
 
 //export godist_abi_version
 func godist_abi_version() C.int32_t { return abiVersion }

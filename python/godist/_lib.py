@@ -18,7 +18,7 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint6
 
 from . import _errors
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 ERRLEN = 4096
 
 
@@ -29,19 +29,23 @@ class GodistBuf(ctypes.Structure):
 
 
 class GodistCall(ctypes.Structure):
-    """C struct godist_call: one single-buffer op's arguments (capi/call.go)."""
+    """C struct godist_call: the arguments of one op on one or two buffers
+    (capi/call.go)."""
 
     _fields_ = [("pg", c_uint64), ("data", c_void_p), ("nbytes", c_int64), ("arg0", c_int64), ("arg1", c_int64),
                 ("timeout_ms", c_int64), ("notify", c_int64), ("work", c_uint64), ("errbuf", c_void_p),
-                ("errlen", c_int64)]
+                ("errlen", c_int64), ("out", c_void_p), ("outbytes", c_int64)]
 
 
 # fill(view, 0, pg, data, nbytes, arg0, arg1, timeout_ms, notify) writes a
 # godist_call block's inputs in one step (struct.error if one does not fit);
-# fill_wait(view, WAIT_AT, timeout_ms, notify, work) those of call_work_wait.
+# fill_wait(view, WAIT_AT, timeout_ms, notify, work) those of call_work_wait;
+# fill_out(view, OUT_AT, out, outbytes) the output of a two-buffer op.
 fill = struct.Struct("=QQqqqqq").pack_into
 fill_wait = struct.Struct("=qqQ").pack_into
+fill_out = struct.Struct("=Qq").pack_into
 WAIT_AT = GodistCall.timeout_ms.offset
+OUT_AT = GodistCall.out.offset
 
 _BUF = POINTER(GodistBuf)
 _U64P = POINTER(c_uint64)
@@ -82,6 +86,11 @@ _DECLS = {
     "godist_call_send": (c_int, [c_void_p]),
     "godist_call_recv": (c_int, [c_void_p]),
     "godist_call_work_wait": (c_int, [c_void_p]),
+    # two buffers, split evenly: all_gather_into_tensor, reduce_scatter_tensor,
+    # all_to_all_single (capi/call_2buf.go)
+    "godist_call_allgather": (c_int, [c_void_p]),
+    "godist_call_reduce_scatter": (c_int, [c_void_p]),
+    "godist_call_alltoall": (c_int, [c_void_p]),
     # works
     "godist_work_wait": (c_int, [c_uint64, c_int64, POINTER(c_int32)] + _ERR),
     "godist_work_free": (c_int, [c_uint64]),

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from . import _checks, _errors, _lib, _rendezvous, _types
-from ._lib import fill
+from ._lib import OUT_AT, fill, fill_out
 from .work import GodistWork, adopt, combine, finish_sync, submit
 
 _live = weakref.WeakSet()
@@ -73,6 +73,11 @@ _SUM, _SIMPLE, _TIMEOUTS = _types._SUM, _types._SIMPLE, _types._TIMEOUTS
 
 def _sync(opts) -> bool:
     return _HAS_ASYNC_FLAG and opts is not None and not opts.asyncOp and not _lib._forked and not _profiling()
+
+
+def _fast2(opts) -> bool:
+    """Whether the two-buffer fast paths may run (sync or async)."""
+    return _HAS_ASYNC_FLAG and opts is not None and not _lib._forked and not _profiling()
 
 
 def _one(tensors):
@@ -133,6 +138,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         raw = lib.raw
         self._call_allreduce, self._call_broadcast = raw.call_allreduce, raw.call_broadcast
         self._call_barrier, self._call_send, self._call_recv = raw.call_barrier, raw.call_send, raw.call_recv
+        self._call_allgather, self._call_reduce_scatter = raw.call_allgather, raw.call_reduce_scatter
+        self._call_alltoall = raw.call_alltoall
         try:
             if size > 1:
                 _rendezvous.exchange(store, rank, size, self._h, self._timeout, self._name)
@@ -242,6 +249,21 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     def _bufs(self, pairs):
         return _lib.bufs(pairs)
+
+    def _call2(self, fn, op, inp, out, arg0, arg1, opts):
+        """The fast path of a two-buffer op (capi/call_2buf.go): one raw
+        call fn with contiguous CPU tensors inp and out (even splits) in
+        this thread's godist_call block. The caller checked _fast2(opts)."""
+        notify = 2 if opts.asyncOp else -1
+        ms = _TIMEOUTS.get(opts.timeout)
+        view, addr, blk, eb = _lib.call_block()
+        fill(view, 0, self._h, inp.data_ptr(), inp.nbytes, arg0, arg1,
+             ms if ms is not None else _types.fast_timeout(opts), notify)
+        fill_out(view, OUT_AT, out.data_ptr(), out.nbytes)
+        rc = fn(addr)
+        if notify < 0 or rc != _errors.OK:
+            return self._track(finish_sync(op, [out], rc, blk.work, eb))
+        return self._track(adopt(op, [out], blk.work, keep=(inp, out)))
 
     # ----- collectives --------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -373,6 +395,10 @@ class GodistProcessGroup(dist.ProcessGroup):
         return [call], outs, (inp, flat, keep)
 
     def all_gather_single(self, output, input, opts=None):
+        if _fast2(opts):
+            dt = _checks.fast_dtype(input)
+            if dt is not None and _checks.fast_dtype(output) == dt and output.numel() == input.numel() * self._size:
+                return self._call2(self._call_allgather, "all_gather_into_tensor", input, output, 0, 0, opts)
         calls, outs, keep = self._gather_into("all_gather_into_tensor", output, input, opts)
         return self._track(submit("all_gather_into_tensor", [output], calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
@@ -466,6 +492,13 @@ class GodistProcessGroup(dist.ProcessGroup):
         return [call], outs, (inp, obuf, k)
 
     def reduce_scatter_single(self, output, input, opts=None):
+        if _fast2(opts):
+            dt = _checks.fast_dtype(input)
+            rop = opts.reduceOp
+            code = 0 if rop == _SUM else rop.op.value
+            if dt is not None and code in _SIMPLE and _checks.fast_dtype(output) == dt and \
+                    input.numel() == output.numel() * self._size:
+                return self._call2(self._call_reduce_scatter, "reduce_scatter_tensor", input, output, dt, code, opts)
         calls, outs, keep = self._scatter_from("reduce_scatter_tensor", output, input, opts)
         return self._track(submit("reduce_scatter_tensor", [output], calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
@@ -500,6 +533,12 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._track(submit(op, result, calls, outs.finalizer(), keep=(keep, ib, ob), async_op=_async(opts)))
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
+        if _fast2(opts) and not output_split_sizes and not input_split_sizes:
+            dt = _checks.fast_dtype(input)
+            n = self._size
+            if dt is not None and _checks.fast_dtype(output) == dt and input.dim() and output.dim() and \
+                    input.shape[0] % n == 0 and output.shape[0] % n == 0 and input.nbytes == output.nbytes:
+                return self._call2(self._call_alltoall, "all_to_all_single", input, output, 0, 0, opts)
         op = "all_to_all_single"
         out = _checks.tensor(op, "output", output)
         inp = _checks.tensor(op, "input", input).contiguous()

@@ -109,7 +109,7 @@ def call_block_worker(rank, n, init_file):
     callers fill it by hand): out-of-range ranks and codes, a NULL buffer
     with a length, a stale group handle and a NULL block are errors."""
     from godist import _errors, _lib
-    from godist._lib import WAIT_AT, fill, fill_wait
+    from godist._lib import OUT_AT, WAIT_AT, fill, fill_out, fill_wait
 
     init(rank, n, init_file, gloo_group=False)
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
@@ -135,6 +135,56 @@ def call_block_worker(rank, n, init_file):
             problems.append(f"{op} {fields[3:]}: rc {rc}, message {msg!r} (want {text!r})")
     if raw.call_barrier(None) != _errors.INVALID:
         problems.append("NULL block accepted")
+    # Two-buffer entries: the output's fields, and sizes that do not split
+    # into one part per rank.
+    big = torch.zeros(4 * n)
+    odd = torch.zeros(4 * n + 1, dtype=torch.uint8)
+    cases2 = [
+        ("allgather", (t.data_ptr(), t.nbytes, 0, 0), (0, 16), "output buffer: NULL data pointer with length 16"),
+        ("allgather", (t.data_ptr(), t.nbytes, 0, 0), (big.data_ptr(), -8), "output buffer: invalid length -8"),
+        ("reduce_scatter", (big.data_ptr(), big.nbytes, 2, 1 << 32), (t.data_ptr(), t.nbytes), "reduce op"),
+    ]
+    if n > 1:  # one part per rank does not fit (any size splits into one part)
+        cases2 += [
+            ("alltoall", (odd.data_ptr(), odd.nbytes, 0, 0), (odd.data_ptr(), odd.nbytes),
+             f"alltoall: the input's {4 * n + 1} bytes do not split into {n} equal parts"),
+            ("reduce_scatter", (odd.data_ptr(), odd.nbytes, 0, 0), (t.data_ptr(), 1), "do not split into"),
+            ("allgather", (t.data_ptr(), t.nbytes, 0, 0), (big.data_ptr(), big.nbytes + 4),
+             "output list[0] has 18 bytes, expected 16"),
+        ]
+    for op, fields, out, text in cases2:
+        fill(view, 0, backend._h, *fields, 0, -1)
+        fill_out(view, OUT_AT, *out)
+        rc = getattr(raw, "call_" + op)(addr)
+        msg = eb.value.decode()
+        if rc != _errors.INVALID or text not in msg:
+            problems.append(f"{op} {fields[2:]} out {out}: rc {rc}, message {msg!r} (want {text!r})")
+    # The same ops through torch, synchronous and asynchronous (the fast
+    # paths of process_group.py), against what every rank contributed.
+    x = torch.arange(4 * n, dtype=torch.float32) + 100 * rank
+    y = torch.zeros(4 * n)
+    for async_op in (False, True):
+        y.zero_()
+        w = dist.all_to_all_single(y, x, async_op=async_op)
+        if w is not None:
+            w.wait()
+        want = torch.cat([torch.arange(4 * rank, 4 * rank + 4, dtype=torch.float32) + 100 * r for r in range(n)])
+        if not torch.equal(y, want):
+            problems.append(f"all_to_all_single async={async_op}: {y.tolist()} != {want.tolist()}")
+        g = torch.zeros(4 * n)
+        w = dist.all_gather_into_tensor(g, x[:4], async_op=async_op)
+        if w is not None:
+            w.wait()
+        want = torch.cat([torch.arange(4, dtype=torch.float32) + 100 * r for r in range(n)])
+        if not torch.equal(g, want):
+            problems.append(f"all_gather_into_tensor async={async_op}: {g.tolist()} != {want.tolist()}")
+        s = torch.zeros(4)
+        w = dist.reduce_scatter_tensor(s, x, op=dist.ReduceOp.MAX, async_op=async_op)
+        if w is not None:
+            w.wait()
+        want = torch.arange(4 * rank, 4 * rank + 4, dtype=torch.float32) + 100 * (n - 1)
+        if not torch.equal(s, want):
+            problems.append(f"reduce_scatter_tensor MAX async={async_op}: {s.tolist()} != {want.tolist()}")
     # A good block still works after the bad ones, through the same entry.
     fill(view, 0, backend._h, t.data_ptr(), t.nbytes, 2, 0, 0, -1)
     rc = raw.call_allreduce(addr)
