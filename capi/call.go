@@ -7,9 +7,9 @@ package main
 #define GODIST_CALL_DEFINED
 // godist_call carries the arguments of one op on one or two buffers
 // through the godist_call_* entry points, so that the call crosses the C
-// boundary with one pointer. A calling thread keeps one block and refills its leading
-// fields for every call (the error buffer stays); the call reads the block
-// and writes work (and, on failure, the message in errbuf).
+// boundary with one pointer. A calling thread keeps one block and refills
+// its leading fields for every call (the error buffer stays); the call
+// reads the block and writes work (and, on failure, the message in errbuf).
 typedef struct godist_call {
 	uint64_t pg;         // process group handle
 	void *data;          // the buffer; NULL only with nbytes 0
@@ -85,18 +85,27 @@ func int32Arg(v C.int64_t, what string) (int, error) {
 	return int(v), nil
 }
 
+// callReduce reads a block's dtype (arg0) and reduce op (arg1).
+func callReduce(c *C.godist_call) (libgodist.ReduceArgs, error) {
+	dt, err := int32Arg(c.arg0, "dtype")
+	if err != nil {
+		return libgodist.ReduceArgs{}, err
+	}
+	op, err := int32Arg(c.arg1, "reduce op")
+	if err != nil {
+		return libgodist.ReduceArgs{}, err
+	}
+	return reduceArgs(C.int32_t(dt), C.int32_t(op), 0), nil
+}
+
 //export godist_call_allreduce
 func godist_call_allreduce(c *C.godist_call) C.int {
 	return runCall(c, func(pg *libgodist.ProcessGroup, b []byte, o libgodist.Opts) (*libgodist.Work, error) {
-		dt, err := int32Arg(c.arg0, "dtype")
+		ra, err := callReduce(c)
 		if err != nil {
 			return nil, err
 		}
-		op, err := int32Arg(c.arg1, "reduce op")
-		if err != nil {
-			return nil, err
-		}
-		return pg.AllReduce(b, reduceArgs(C.int32_t(dt), C.int32_t(op), 0), o)
+		return pg.AllReduce(b, ra, o)
 	})
 }
 

@@ -81,11 +81,7 @@ func godist_call_allgather(c *C.godist_call) C.int {
 //export godist_call_reduce_scatter
 func godist_call_reduce_scatter(c *C.godist_call) C.int {
 	return runCall2(c, func(pg *libgodist.ProcessGroup, in, out []byte, o libgodist.Opts) (*libgodist.Work, error) {
-		dt, err := int32Arg(c.arg0, "dtype")
-		if err != nil {
-			return nil, err
-		}
-		op, err := int32Arg(c.arg1, "reduce op")
+		ra, err := callReduce(c)
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +89,7 @@ func godist_call_reduce_scatter(c *C.godist_call) C.int {
 		if err != nil {
 			return nil, err
 		}
-		return pg.ReduceScatter(ins, out, reduceArgs(C.int32_t(dt), C.int32_t(op), 0), o)
+		return pg.ReduceScatter(ins, out, ra, o)
 	})
 }
 

@@ -72,13 +72,14 @@ func (a *Arena) allReduceTwoShot(c *opCtx, buf []byte, d desc, combine CombineFu
 			a.step = s + 1
 			return err
 		}
-		if lo, hi := share(len(p), me); hi > lo && cerr == nil && inBuf {
-			if err := combine(p[lo:hi], a.bytes(a.lay.buf(1-me, s)+lo, hi-lo)); err != nil { // x1 (op) x0 == x0 (op) x1
-				cerr = combineErr(c.op, err)
+		if lo, hi := share(len(p), me); hi > lo && cerr == nil {
+			var err error
+			if inBuf {
+				err = a.reduceInBuf(p[lo:hi], s, lo, combine)
+			} else {
+				err = a.reduceShare(a.bytes(a.lay.buf(me, s)+lo, hi-lo), p[lo:hi], ownIn[s%2], s, lo, combine)
 			}
-			publish(a.bytes(a.lay.buf(me, s)+lo, hi-lo), p[lo:hi])
-		} else if hi > lo && cerr == nil {
-			if err := a.reduceShare(a.bytes(a.lay.buf(me, s)+lo, hi-lo), p[lo:hi], ownIn[s%2], s, lo, combine); err != nil {
+			if err != nil {
 				cerr = combineErr(c.op, err)
 			}
 		}
@@ -127,6 +128,15 @@ func (a *Arena) copyIn(s uint64, p []byte, share func(l, q int) (int, int), inBu
 	publish(slot[:lo], p[:lo])
 	publish(slot[hi:], p[hi:])
 	return false
+}
+
+// reduceInBuf is reduceShare for two ranks: it folds the peer's slot share
+// at offset lo of step s into own, this rank's share of its buffer, and
+// publishes the result in its own slot share.
+func (a *Arena) reduceInBuf(own []byte, s uint64, lo int, combine CombineFunc) error {
+	err := combine(own, a.bytes(a.lay.buf(1-a.rank, s)+lo, len(own))) // x1 (op) x0 == x0 (op) x1
+	publish(a.bytes(a.lay.buf(a.rank, s)+lo, len(own)), own)
+	return err
 }
 
 // reduceShare reduces the share at offset lo of every rank's slot half of

@@ -58,13 +58,14 @@ _HAS_ASYNC_FLAG = hasattr(dist.AllreduceOptions(), "asyncOp")
 _SUM, _SIMPLE, _TIMEOUTS = _types._SUM, _types._SIMPLE, _types._TIMEOUTS
 
 
-def _sync(opts) -> bool:
-    return _HAS_ASYNC_FLAG and opts is not None and not opts.asyncOp and not _lib._forked and not _profiling()
-
-
 def _fast2(opts) -> bool:
     """Whether the two-buffer fast paths may run (sync or async)."""
     return _HAS_ASYNC_FLAG and opts is not None and not _lib._forked and not _profiling()
+
+
+def _sync(opts) -> bool:
+    """Whether a synchronous fast path may run."""
+    return _fast2(opts) and not opts.asyncOp
 
 
 def _one(tensors):

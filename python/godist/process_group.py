@@ -2,11 +2,11 @@
 
 Each method checks its arguments (:mod:`godist._checks`), describes the
 tensors' memory to Go (pointer + length; Go reads and writes it in place) and
-returns a :class:`godist.work.GodistWork` (the buffer and call-block helpers are in
-:mod:`godist._args`). Tensors are kept alive by the Work
-until the op completes. Both the old and the new c10d method names are
-defined (see the aliases at the end of the class), so every torch version
-and both Python and C++ callers reach them.
+returns a :class:`godist.work.GodistWork` (the helpers for buffers and for
+the fast paths' call block are in :mod:`godist._args`). Tensors are kept
+alive by the Work until the op completes. Both the old and the new c10d
+method names are defined (see the aliases at the end of the class), so
+every torch version and both Python and C++ callers reach them.
 """
 
 from __future__ import annotations

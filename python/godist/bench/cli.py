@@ -222,8 +222,8 @@ def main(argv=None) -> int:
 
     m = machine.info()
     header = machine.header_lines(m)
-    env_line = ", ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "GODIST_TRANSPORT", *MALLOC_ENV)
-                         if k in os.environ)
+    env_keys = ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "GODIST_TRANSPORT", *MALLOC_ENV)
+    env_line = ", ".join(f"{k}={os.environ[k]}" for k in env_keys if k in os.environ)
     header.append(f"env:     {env_line}")
     header.append(f"run:     mode {cfg.mode}; P {cfg.world_sizes}; ops {', '.join(cfg.ops)}; "
                   f"sizes {', '.join(human_bytes(s) for s in cfg.sizes)}; repeats {cfg.repeats}; "
