@@ -185,17 +185,6 @@ class _Group:
         self.finalize, self.keep, self.handles = finalize, keep, list(handles)
 
 
-def _outcome(lib, handle):
-    src = ctypes.c_int32(-1)
-    try:
-        lib.work_wait(handle, 0, ctypes.byref(src))
-        return None, src.value
-    except Exception as e:  # the op's own error
-        return e, -1
-    finally:
-        lib.work_free(handle)
-
-
 def _complete_group(g: _Group):
     exc = g.exc
     if exc is None and g.finalize is not None:
@@ -282,7 +271,9 @@ class _Completer:
             self._record(group, exc, src)
 
     def _settle(self, lib, group, h):
-        exc, src = _outcome(lib, h)
+        # h has completed (Go pushed it): one raw call collects its outcome
+        # and frees it.
+        exc, src = _wait_handle(lib, h)
         self._record(group, exc, src)
 
     def _record(self, group, exc, src):
