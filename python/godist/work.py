@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import os
 import datetime
 import threading
 import time
@@ -27,6 +28,7 @@ from . import _errors, _lib
 from ._lib import WAIT_AT, fill_wait
 
 _WAIT_SLICE_MS = 100
+_yield = getattr(os, "sched_yield", lambda: None)
 _HOLD_MAX = 4096
 
 # Guards the lazily made parts of every GodistWork (held for a few
@@ -86,8 +88,14 @@ class GodistWork(dist._Work):
             return self._event
 
     def is_completed(self) -> bool:
+        # A finished op is settled here, on the calling thread: a caller
+        # polling in a loop holds the GIL the completion thread would need
+        # (it got it back only every switch interval, 5 ms).
         if not self._done:
-            self._watch()
+            g = self._group
+            if g is None or not completer.poll_here(g):
+                self._watch()
+                _yield()  # on a busy core, let the op's thread run
         return self._done
 
     def is_success(self) -> bool:
@@ -269,6 +277,20 @@ class _Completer:
         for h in held + watched:
             exc, src = _wait_handle(lib, h)
             self._record(group, exc, src)
+
+    def poll_here(self, group) -> bool:
+        """Settle group on the calling thread if every one of its Go works
+        has finished (a check that does not wait), and report whether it did."""
+        lib = _lib.load()
+        src = ctypes.c_int32()
+        for h in group.handles:
+            try:
+                if lib.work_wait(h, 0, ctypes.byref(src)) == _errors.NOT_READY:
+                    return False
+            except Exception:  # the op's error, or a handle settled already: done
+                pass
+        self.wait_here(group)
+        return True
 
     def _settle(self, lib, group, h):
         # h has completed (Go pushed it): one raw call collects its outcome

@@ -55,6 +55,19 @@ def completion_worker(rank, n, init_file):
         assert time.monotonic() < deadline, "is_completed never became true"
         time.sleep(0.001)
     assert torch.equal(t, torch.full((4,), want))
+    # busy polling (no sleep, the GIL never released by the loop itself):
+    # the polling thread settles the op, its handle is freed, and a future
+    # asked for afterwards holds the result
+    live0 = runtime_stats()["handles"]
+    for k in range(20):
+        t = torch.full((4,), float(rank + k))
+        w = dist.all_reduce(t, async_op=True)
+        deadline = time.monotonic() + 30
+        while not w.is_completed():
+            assert time.monotonic() < deadline, "busy is_completed never became true"
+        assert torch.equal(t, torch.full((4,), float(sum(r + k for r in range(n))))), (k, t)
+        assert torch.equal(w.get_future().wait()[0], t)
+    assert runtime_stats()["handles"] == live0, "handles left after polled ops"
 
     # point-to-point in a ring, completed through futures only
     if n > 1:
