@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import os
 import datetime
+import os
 import threading
 import time
 
