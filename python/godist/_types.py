@@ -39,8 +39,8 @@ def reduce_op(op) -> tuple[int, float]:
         state = op.__getstate__() if hasattr(op, "__getstate__") else None
         f = state[1] if isinstance(state, tuple) and len(state) > 1 else None
         if f is None:
-            raise ValueError("godist: PREMUL_SUM needs a factor; create it with dist.ReduceOp.PREMUL_SUM(factor) "
-                             "or dist._make_nccl_premul_sum(factor)")
+            raise ValueError("godist: PREMUL_SUM needs a factor; create it with "
+                             "dist._make_nccl_premul_sum(factor)")
         if isinstance(f, torch.Tensor):
             if f.numel() != 1:
                 raise ValueError(f"godist: PREMUL_SUM factor must be a scalar, got a tensor of shape {tuple(f.shape)}")

@@ -33,13 +33,20 @@ class _Spy:
              "all_gather_single_coalesced", "reduce_scatter", "reduce_scatter_single",
              "reduce_scatter_single_coalesced", "all_to_all_single", "alltoall", "scatter", "gather")
 
+    # torch 2.11-2.12 call the pre-rename names (aliases of the same methods);
+    # they are recorded under the canonical name.
+    ALIASES = {"_allgather_base": "all_gather_single", "allgather_into_tensor_coalesced": "all_gather_single_coalesced",
+               "_reduce_scatter_base": "reduce_scatter_single",
+               "reduce_scatter_tensor_coalesced": "reduce_scatter_single_coalesced",
+               "alltoall_base": "all_to_all_single"}
+
     def __enter__(self):
         from godist.process_group import GodistProcessGroup
 
         self.calls, self._saved = [], {}
-        for name in self.NAMES:
-            orig = GodistProcessGroup.__dict__[name]
-            self._saved[name] = orig
+        for attr, name in [(n, n) for n in self.NAMES] + list(self.ALIASES.items()):
+            orig = GodistProcessGroup.__dict__[attr]
+            self._saved[attr] = orig
 
             def wrapper(pg, *args, _orig=orig, _name=name, **kwargs):
                 opts = kwargs.get("opts", args[-1] if args else None)
@@ -48,7 +55,7 @@ class _Spy:
                 self.calls.append((_name, None if state is None else (str(state[0]).split(".")[-1], state[1])))
                 return _orig(pg, *args, **kwargs)
 
-            setattr(GodistProcessGroup, name, wrapper)
+            setattr(GodistProcessGroup, attr, wrapper)
         return self
 
     def __exit__(self, *exc):

@@ -124,7 +124,7 @@ def fast_path_worker(rank, n, init_file):
     # to the general path
     for op, expect in [(dist.ReduceOp.SUM, want), (dist.ReduceOp.MAX, float(n)), (dist.ReduceOp.MIN, 1.0),
                        (dist.ReduceOp.AVG, want / n), (dist.ReduceOp.PRODUCT, float(torch.arange(1, n + 1).prod())),
-                       (dist.ReduceOp.PREMUL_SUM(2.0), 2 * want)]:
+                       (dist._make_nccl_premul_sum(2.0), 2 * want)]:
         t = torch.full((7,), float(rank + 1))
         w = dist.all_reduce(t, op=op)
         assert torch.equal(t, torch.full((7,), expect)), (op, t)
