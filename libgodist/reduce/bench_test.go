@@ -6,8 +6,6 @@ import (
 	"testing"
 )
 
-// ---- benchmarks ------------------------------------------------------------------
-
 // BenchmarkCombine measures Combine3 into a separate buffer (the inputs stay
 // fixed, so PRODUCT cannot drift into subnormals); SetBytes counts one
 // buffer, so the GB/s figure is elements-of-output per second times size.

@@ -9,8 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// ---- float16 / bfloat16 conversions ---------------------------------------------
-
 func TestHalfRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		name string

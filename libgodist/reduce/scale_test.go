@@ -11,10 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// ---- Scale and Divide ----------------------------------------------------------
-
-// refUnary applies f to every float element (both parts of complex) and
-// returns expected bits; integer dtypes are not handled here.
+// refScaleDivide multiplies (scale) or divides every float element (both
+// parts of complex) by factor and returns the expected bits; integer
+// dtypes are not handled here.
 func refScaleDivide(dt DType, in []byte, scale bool, factor float64, n int) []byte {
 	out := bytes.Clone(in)
 	part := partOf(dt)
