@@ -191,9 +191,17 @@ def render(rows) -> str:
 def test_readme_support_matrix_matches_reality():
     rows = run_world(matrix_worker, 2, timeout=300)
     assert rows[0] == rows[1]
+    assert all(r[1] == "yes" for r in rows[0]), rows[0]
     table = render(rows[0])
     text = open(README).read()
     m = re.search(re.escape(START) + r"\n(.*?)\n" + re.escape(END), text, re.S)
     assert m, f"README lacks the support matrix markers; expected table:\n{table}"
+    # The table documents one torch version (named above it); gloo's column
+    # differs on others (2.11's gloo has no list all_to_all), godist's not.
+    v = re.search(r"\(torch (\d+\.\d+), 2 ranks\)", text[:m.start()])
+    assert v, "README names no torch version above the support matrix"
+    if not torch.__version__.startswith(v.group(1) + "."):
+        documented = {line.split(" | ")[0].lstrip("| ") for line in m.group(1).strip().splitlines()[2:]}
+        assert documented == {r[0] for r in rows[0]}, "README support matrix lists other operations"
+        return
     assert m.group(1).strip() == table, f"README support matrix is stale; it should read:\n{table}"
-    assert all(r[1] == "yes" for r in rows[0]), rows[0]
