@@ -8,9 +8,14 @@ PY := $(VENV)/bin/python
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 export GOTOOLCHAIN := local
 STAMP := $(VENV)/.deps-stamp
+# The oldest torch godist supports: `make test-compat` runs the Python suite
+# under it, in a virtual environment of its own.
+COMPAT_TORCH ?= 2.11.0
+COMPAT_VENV ?= .venv-torch$(COMPAT_TORCH)
+COMPAT_STAMP := $(COMPAT_VENV)/.deps-stamp
 GOFILES = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')
 
-.PHONY: all venv deps lib install demo test test-go test-py lint bench clean
+.PHONY: all venv deps lib install demo test test-go test-py test-compat lint bench clean
 
 all: install
 
@@ -44,7 +49,17 @@ test-go: lint
 test-py: install
 	$(PY) -m pytest python/tests
 
-test: test-go test-py
+$(COMPAT_STAMP): requirements-dev.txt
+	@test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install --upgrade pip
+	$(COMPAT_VENV)/bin/python -m pip install torch==$(COMPAT_TORCH) $$(grep -vx torch requirements-dev.txt)
+	@touch $@
+
+# The package from the source tree (the library that `install` built).
+test-compat: install $(COMPAT_STAMP)
+	PYTHONPATH=$(CURDIR)/python $(COMPAT_VENV)/bin/python -m pytest python/tests
+
+test: test-go test-py test-compat
 
 bench: install
 	$(PY) -m godist.bench
