@@ -18,6 +18,7 @@ import torch.distributed as dist
 from . import _checks, _lib, _types
 from ._lib import fill
 
+
 def _nbytes(t: torch.Tensor) -> int:
     return t.nbytes
 
