@@ -34,45 +34,53 @@ func TestSegments(t *testing.T) {
 // With segments of 4000 bytes the 5-element op takes the direct ring
 // (allreduce_ring_direct.go) and the larger ones the pipelined ring; with
 // segments of 4 MiB every op takes the direct ring (chunks of at most
-// ringDirectMax).
+// ringDirectMax). With no room for scratch the pipelined ring posts its
+// reduce-scatter receives two steps ahead, reusing scratch chunks, rather
+// than all at the start.
 func TestRingPipelineTCP(t *testing.T) {
-	defer func(v, s int) { allReduceRDMax, ringSegment = v, s }(allReduceRDMax, ringSegment)
+	defer func(v, s, m int) { allReduceRDMax, ringSegment, ringScratchMax = v, s, m }(allReduceRDMax, ringSegment, ringScratchMax)
 	allReduceRDMax = 16
-	for _, seg := range []int{4000, 4 << 20} {
-		ringSegment = seg
-		for _, n := range []int{2, 3, 4} {
-			for _, spare := range []bool{false, true} {
-				if seg > 4000 && spare {
-					continue // the direct ring does not look at spare
+	type mode struct {
+		seg, scratch int
+		spare        bool
+	}
+	var modes []mode
+	for _, scratch := range []int{64 << 20, 1} {
+		for _, spare := range []bool{false, true} {
+			modes = append(modes, mode{4000, scratch, spare})
+		}
+	}
+	modes = append(modes, mode{4 << 20, 64 << 20, false}) // the direct ring does not look at spare
+	for _, m := range modes {
+		ringSegment, ringScratchMax = m.seg, m.scratch
+		for _, n := range []int{2, 3, 4, 5} {
+			t.Run(fmt.Sprintf("seg%d/scratch%d/n%d/spare=%v", m.seg, m.scratch, n, m.spare), func(t *testing.T) {
+				pgs := connectGroup(t, n, TransportTCP)
+				for _, pg := range pgs {
+					pg.spare = m.spare // reduce on the caller's goroutine, or on one of the ring's own
 				}
-				t.Run(fmt.Sprintf("seg%d/n%d/spare=%v", seg, n, spare), func(t *testing.T) {
-					pgs := connectGroup(t, n, TransportTCP)
-					for _, pg := range pgs {
-						pg.spare = spare // reduce on the caller's goroutine, or on one of the ring's own
-					}
-					for _, count := range []int{5, 10_007, 100_003} {
-						bufs := make([][]byte, n)
-						want := make([]int64, count)
-						for r := range bufs {
-							in := input(r, count)
-							bufs[r] = make([]byte, 4*count)
-							for i, v := range in {
-								binary.LittleEndian.PutUint32(bufs[r][4*i:], math.Float32bits(float32(v)))
-								want[i] += v
-							}
-						}
-						requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
-							return pg.AllReduce(bufs[r], ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}, Opts{})
-						}))
-						for r := range bufs {
-							require.Equal(t, bufs[0], bufs[r], "rank %d differs from rank 0", r)
-						}
-						for i, w := range want {
-							require.Equal(t, float32(w), math.Float32frombits(binary.LittleEndian.Uint32(bufs[0][4*i:])), "element %d", i)
+				for _, count := range []int{5, 10_007, 100_003} {
+					bufs := make([][]byte, n)
+					want := make([]int64, count)
+					for r := range bufs {
+						in := input(r, count)
+						bufs[r] = make([]byte, 4*count)
+						for i, v := range in {
+							binary.LittleEndian.PutUint32(bufs[r][4*i:], math.Float32bits(float32(v)))
+							want[i] += v
 						}
 					}
-				})
-			}
+					requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+						return pg.AllReduce(bufs[r], ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}, Opts{})
+					}))
+					for r := range bufs {
+						require.Equal(t, bufs[0], bufs[r], "rank %d differs from rank 0", r)
+					}
+					for i, w := range want {
+						require.Equal(t, float32(w), math.Float32frombits(binary.LittleEndian.Uint32(bufs[0][4*i:])), "element %d", i)
+					}
+				}
+			})
 		}
 	}
 }

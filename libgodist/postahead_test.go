@@ -59,14 +59,16 @@ func (p *aheadProbe) mostPending() int {
 	return p.most
 }
 
-// TestRingsPostReceivesAhead: the TCP rings (the direct all-reduce ring,
-// reduce_scatter, all_gather) post a step's receive before the previous
-// step's data has arrived, so a left neighbour that runs ahead sends into
-// place instead of into an unexpected-message buffer (a copy more, and
-// memory for it). Rank 0 sends to rank 1 slowly: a ring that posted step
-// k+1 only after step k completed never has two receives outstanding.
+// TestRingsPostReceivesAhead: the TCP rings (the direct and the pipelined
+// all-reduce ring, reduce_scatter, all_gather) post a step's receive before
+// the previous step's data has arrived, so a left neighbour that runs ahead
+// sends into place instead of into an unexpected-message buffer (a copy
+// more, and memory for it). Rank 0 sends to rank 1 slowly: a ring that
+// posted step k+1 only after step k completed never has two receives
+// outstanding. The pipelined ring posts every step's receive at the start
+// (its scratch is small here).
 func TestRingsPostReceivesAhead(t *testing.T) {
-	defer func(v int) { allReduceRDMax = v }(allReduceRDMax)
+	defer func(v, d int) { allReduceRDMax, ringDirectMax = v, d }(allReduceRDMax, ringDirectMax)
 	allReduceRDMax = 16
 	const n, count = 3, 3000
 	in := func(r int) []byte {
@@ -88,29 +90,37 @@ func TestRingsPostReceivesAhead(t *testing.T) {
 		return out
 	}
 	args := ReduceArgs{DType: reduce.Int32, Op: reduce.Sum}
+	allReduce := func(r int, pg *ProcessGroup) (*Work, func() []byte, error) {
+		buf := in(r)
+		w, err := pg.AllReduce(buf, args, Opts{})
+		return w, func() []byte { return buf }, err
+	}
 	for _, tc := range []struct {
-		name string
-		run  func(r int, pg *ProcessGroup) (*Work, func() []byte, error)
-		want []byte
+		name      string
+		run       func(r int, pg *ProcessGroup) (*Work, func() []byte, error)
+		want      []byte
+		pipelined bool // the pipelined all-reduce ring, not the direct one
+		ahead     int  // receives from the left neighbour outstanding at once, at least
 	}{
-		{"all_reduce", func(r int, pg *ProcessGroup) (*Work, func() []byte, error) {
-			buf := in(r)
-			w, err := pg.AllReduce(buf, args, Opts{})
-			return w, func() []byte { return buf }, err
-		}, sum(in(0), in(1), in(2))},
+		{"all_reduce", allReduce, sum(in(0), in(1), in(2)), false, 2},
+		{"all_reduce_pipelined", allReduce, sum(in(0), in(1), in(2)), true, 2 * (n - 1)},
 		{"reduce_scatter", func(r int, pg *ProcessGroup) (*Work, func() []byte, error) {
 			ins := [][]byte{in(3 * r), in(3*r + 1), in(3*r + 2)}
 			out := make([]byte, 4*count)
 			w, err := pg.ReduceScatter(ins, out, args, Opts{})
 			return w, func() []byte { return out }, err
-		}, nil},
+		}, nil, false, 2},
 		{"all_gather", func(r int, pg *ProcessGroup) (*Work, func() []byte, error) {
 			outs := [][]byte{make([]byte, 4*count), make([]byte, 4*count), make([]byte, 4*count)}
 			w, err := pg.AllGather(in(r), outs, Opts{})
 			return w, func() []byte { return append(append(append([]byte(nil), outs[0]...), outs[1]...), outs[2]...) }, err
-		}, append(append(in(0), in(1)...), in(2)...)},
+		}, append(append(in(0), in(1)...), in(2)...), false, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			ringDirectMax = 1 << 20
+			if tc.pipelined {
+				ringDirectMax = 16
+			}
 			net := transport.NewMemNetwork(n)
 			probes := make([]*aheadProbe, n)
 			pgs := make([]*ProcessGroup, n)
@@ -144,8 +154,8 @@ func TestRingsPostReceivesAhead(t *testing.T) {
 				}
 				require.Equal(t, want, got[r](), "rank %d", r)
 			}
-			require.GreaterOrEqual(t, probes[1].mostPending(), 2,
-				"rank 1 never had a receive posted ahead of the one it waited for")
+			require.GreaterOrEqual(t, probes[1].mostPending(), tc.ahead,
+				"rank 1 had too few receives posted ahead of the one it waited for")
 		})
 	}
 }

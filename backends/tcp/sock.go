@@ -148,8 +148,8 @@ func (s *sock) read(b []byte) (int, error) {
 // write writes all of b, waiting in poll(2) while the socket is full,
 // until deadline (zero: none). A partial write is reported with its
 // error.
-func (s *sock) write(b []byte, deadline time.Time, full func()) error {
-	return s.writeParts([][]byte{b}, len(b), deadline, full)
+func (s *sock) write(b []byte, deadline time.Time, wait roomWaiter) error {
+	return s.writeParts([][]byte{b}, len(b), deadline, wait)
 }
 
 // writeFrame writes one frame (header, payload, zero padding), gathering
@@ -160,16 +160,17 @@ func (s *sock) write(b []byte, deadline time.Time, full func()) error {
 // cores). Pieces bound one call because one huge write holds the socket's
 // lock while it copies, so the peer's acknowledgements queue in the
 // backlog and the window opens late.
-func (s *sock) writeFrame(hdr, data []byte, chunk int, deadline time.Time, full func()) error {
+func (s *sock) writeFrame(hdr, data []byte, chunk int, deadline time.Time, wait roomWaiter) error {
 	parts := [3][]byte{hdr, data, zeroPad[:padding(len(data))]}
-	return s.writeParts(parts[:], chunk, deadline, full)
+	return s.writeParts(parts[:], chunk, deadline, wait)
 }
 
 // writeParts writes the parts back to back with sendmsg(2), at most chunk
 // bytes (and three parts) a call, waiting in poll(2) while the socket is
-// full, until deadline (zero: none); each wait for room calls full first.
-// It consumes parts (the slices are advanced in place).
-func (s *sock) writeParts(parts [][]byte, chunk int, deadline time.Time, full func()) error {
+// full, until deadline (zero: none); the waits for room are in wait (nil:
+// poll(2) on the socket alone). It consumes parts (the slices are advanced
+// in place).
+func (s *sock) writeParts(parts [][]byte, chunk int, deadline time.Time, wait roomWaiter) error {
 	if !s.acquire() {
 		return net.ErrClosed
 	}
@@ -220,20 +221,27 @@ func (s *sock) writeParts(parts [][]byte, chunk int, deadline time.Time, full fu
 		default:
 			return s.opErr("write", e)
 		}
-		if full != nil {
-			full()
-		}
 		now := time.Now()
 		tick.Tick(now) // see maxPollWait
 		wake := now.Add(maxPollWait)
 		if !deadline.IsZero() && deadline.Before(wake) {
 			wake = deadline
 		}
-		if err := s.pollLocked(pollOut, wake); err != nil && (err != os.ErrDeadlineExceeded || wake.Equal(deadline)) {
+		var err error
+		if wait != nil {
+			err = wait(s, wake)
+		} else {
+			err = s.pollLocked(pollOut, wake)
+		}
+		if err != nil && (err != os.ErrDeadlineExceeded || wake.Equal(deadline)) {
 			return err
 		}
 	}
 }
+
+// roomWaiter waits until s, held by the caller (acquire), has room to
+// write (or hangs up or fails) or until deadline (os.ErrDeadlineExceeded).
+type roomWaiter func(s *sock, deadline time.Time) error
 
 // zeroPad is the padding written after payloads.
 var zeroPad [frameAlign]byte
@@ -347,12 +355,27 @@ func waitAnyReadable(socks []*sock, ready []bool, deadline time.Time) error {
 	for i := range ready {
 		ready[i] = false
 	}
+	switch err := pollUntil(pfds, deadline); {
+	case err == os.ErrDeadlineExceeded:
+		return nil
+	case err != nil:
+		return err
+	}
+	for i := range pfds {
+		ready[i] = pfds[i].revents != 0
+	}
+	return nil
+}
+
+// pollUntil sleeps in one poll(2) over pfds until one of them has an event
+// or until deadline (zero: none), then os.ErrDeadlineExceeded.
+func pollUntil(pfds []pollFd, deadline time.Time) error {
 	for {
 		var tsp *syscall.Timespec
 		if !deadline.IsZero() {
 			d := time.Until(deadline)
 			if d <= 0 {
-				return nil
+				return os.ErrDeadlineExceeded
 			}
 			ts := syscall.NsecToTimespec(int64(d))
 			tsp = &ts
@@ -363,11 +386,8 @@ func waitAnyReadable(socks []*sock, ready []bool, deadline time.Time) error {
 			continue
 		case e != 0:
 			return os.NewSyscallError("poll", e)
-		case r == 0 && !deadline.IsZero():
+		case r == 0:
 			continue // timed out: the loop checks the deadline
-		}
-		for i := range pfds {
-			ready[i] = pfds[i].revents != 0
 		}
 		return nil
 	}

@@ -276,3 +276,46 @@ func TestThirdPeerLossFailsWaiter(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestExchangeWhileReadersRest: two ranks each send the other a message
+// far larger than a socket holds before either posts its receive, while
+// their reader goroutines rest (a linger of an hour): each send, waiting
+// for room, must kick the reader of the socket the other's bytes fill, and
+// a third rank's idle socket must not get in the way.
+func TestExchangeWhileReadersRest(t *testing.T) {
+	old := linger
+	t.Cleanup(func() { linger = old }) // runs after the transports close
+	linger = time.Hour
+	trs := connectLoopback(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const n = 32 << 20
+	msg := func(r int) []byte {
+		b := make([]byte, n)
+		for k := range b {
+			b[k] = byte(r*77 + k/4096)
+		}
+		return b
+	}
+	for round := 0; round < 3; round++ {
+		errs := make([]error, 2)
+		got := make([][]byte, 2)
+		var wg sync.WaitGroup
+		for r := 0; r < 2; r++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if errs[r] = trs[r].Send(ctx, 1-r, transport.P2PTag(int64(round)), msg(r)); errs[r] != nil {
+					return
+				}
+				got[r] = make([]byte, n)
+				errs[r] = trs[r].PostRecv(1-r, transport.P2PTag(int64(round)), got[r]).Wait(ctx)
+			}()
+		}
+		wg.Wait()
+		for r := 0; r < 2; r++ {
+			require.NoError(t, errs[r], "round %d rank %d", round, r)
+			require.Equal(t, msg(1-r), got[r], "round %d rank %d", round, r)
+		}
+	}
+}

@@ -28,6 +28,7 @@ type Transport struct {
 	closeOnce sync.Once
 	delegated atomic.Pointer[func(int) bool] // see Delegate
 	spin      atomic.Int64                   // see SetSpin (a time.Duration)
+	roomWaits atomic.Int32                   // sends waiting for room (waitRoom)
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -288,7 +289,7 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, data 
 	if err := t.mb.PeerErr(peer); err != nil {
 		return &transport.PeerError{Op: "send", Peer: peer, Err: err}
 	}
-	if err := p.send(ctx, header{kind: kindData, tag: tag, n: uint64(len(data))}, data, t.wakeIdle); err != nil {
+	if err := p.send(ctx, header{kind: kindData, tag: tag, n: uint64(len(data))}, data, t.waitRoom); err != nil {
 		// A partial frame may have been written: the stream is unusable.
 		perr := &transport.PeerError{Op: "send", Peer: peer, Err: describe(err)}
 		t.Abort(perr)
@@ -367,16 +368,6 @@ func (t *Transport) Abort(err error) {
 func (t *Transport) kickAll() {
 	for _, p := range t.peers {
 		if p != nil {
-			p.kick()
-		}
-	}
-}
-
-// wakeIdle sends the resting reader goroutines of the peers no waiter is
-// reading back to their sockets (a waiter reads its own).
-func (t *Transport) wakeIdle() {
-	for _, p := range t.peers {
-		if p != nil && p.helpers.Load() == 0 {
 			p.kick()
 		}
 	}
