@@ -69,7 +69,7 @@ func allReduce(c *comm, buf []byte, s reduceSpec) error {
 			err = c.arena.AllReduce(c.ctx, buf, s.dt.Size(), s.combine)
 		} else if len(buf) <= allReduceRDMax || count < c.size {
 			err = allReduceRD(c, buf, s)
-		} else if ringDirect(count, s.dt.Size(), c.size) {
+		} else if ringDirect(count, s.dt.Size(), c.size, c.spare) {
 			err = allReduceRingDirect(c, buf, s)
 		} else {
 			err = allReduceRing(c, buf, s)

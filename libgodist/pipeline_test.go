@@ -90,23 +90,29 @@ func TestRingDirectChoice(t *testing.T) {
 		ringSegment, ringDirectMax, ringDirectPairMax = s, d, p
 	}(ringSegment, ringDirectMax, ringDirectPairMax)
 	ringSegment, ringDirectMax, ringDirectPairMax = 4<<20, 1<<20, 4<<20
-	require.True(t, ringDirect(2<<20/4, 4, 8), "2 MiB on 8 ranks: 256 KiB chunks")
-	require.True(t, ringDirect(2<<20/4, 4, 3), "2 MiB on 3 ranks: 683 KiB chunks")
-	require.True(t, ringDirect(4<<20/4, 4, 4), "4 MiB on 4 ranks: 1 MiB chunks")
-	require.False(t, ringDirect(4<<20/4+1, 4, 4), "a chunk one element over")
-	require.False(t, ringDirect(4<<20/4, 4, 3), "4 MiB on 3 ranks: 1.3 MiB chunks")
-	require.True(t, ringDirect(8<<20/4, 4, 8), "8 MiB on 8 ranks: 1 MiB chunks")
-	require.False(t, ringDirect(16<<20/4, 4, 4), "16 MiB on 4 ranks: 4 MiB chunks")
-	require.False(t, ringDirect(64<<20/4, 4, 16), "64 MiB on 16 ranks: 4 MiB chunks")
+	require.True(t, ringDirect(2<<20/4, 4, 8, true), "2 MiB on 8 ranks: 256 KiB chunks")
+	require.True(t, ringDirect(2<<20/4, 4, 3, true), "2 MiB on 3 ranks: 683 KiB chunks")
+	require.True(t, ringDirect(4<<20/4, 4, 4, true), "4 MiB on 4 ranks: 1 MiB chunks")
+	require.False(t, ringDirect(4<<20/4+1, 4, 4, true), "a chunk one element over")
+	require.False(t, ringDirect(4<<20/4, 4, 3, true), "4 MiB on 3 ranks: 1.3 MiB chunks")
+	require.True(t, ringDirect(8<<20/4, 4, 8, true), "8 MiB on 8 ranks: 1 MiB chunks")
+	require.False(t, ringDirect(16<<20/4, 4, 4, true), "16 MiB on 4 ranks: 4 MiB chunks")
+	require.False(t, ringDirect(64<<20/4, 4, 16, true), "64 MiB on 16 ranks: 4 MiB chunks")
 	// Two ranks: up to a whole segment.
-	require.True(t, ringDirect(2<<20/4, 4, 2), "2 MiB on 2 ranks: 1 MiB chunks")
-	require.True(t, ringDirect(8<<20/4, 4, 2), "8 MiB on 2 ranks: 4 MiB chunks")
-	require.True(t, ringDirect(8<<20/2, 2, 2), "8 MiB of 2-byte elements on 2 ranks")
-	require.False(t, ringDirect(8<<20/4+1, 4, 2), "a chunk one element over")
-	require.False(t, ringDirect(16<<20/4, 4, 2), "16 MiB on 2 ranks: 8 MiB chunks")
+	require.True(t, ringDirect(2<<20/4, 4, 2, true), "2 MiB on 2 ranks: 1 MiB chunks")
+	require.True(t, ringDirect(8<<20/4, 4, 2, true), "8 MiB on 2 ranks: 4 MiB chunks")
+	require.True(t, ringDirect(8<<20/2, 2, 2, true), "8 MiB of 2-byte elements on 2 ranks")
+	require.False(t, ringDirect(8<<20/4+1, 4, 2, true), "a chunk one element over")
+	require.False(t, ringDirect(16<<20/4, 4, 2, true), "16 MiB on 2 ranks: 8 MiB chunks")
+	// More ranks than cores: up to a whole segment at any size.
+	require.True(t, ringDirect(16<<20/4, 4, 4, false), "16 MiB on 4 ranks: 4 MiB chunks")
+	require.True(t, ringDirect(32<<20/4, 4, 8, false), "32 MiB on 8 ranks: 4 MiB chunks")
+	require.False(t, ringDirect(32<<20/4, 4, 4, false), "32 MiB on 4 ranks: 8 MiB chunks")
+	require.False(t, ringDirect(16<<20/4+1, 4, 4, false), "a chunk one element over")
 	ringSegment = 4000
-	require.False(t, ringDirect(2<<20/4, 4, 8), "chunks over a segment go through the pipeline")
-	require.False(t, ringDirect(8008/4, 4, 2), "on 2 ranks too: 4004-byte chunks")
+	require.False(t, ringDirect(2<<20/4, 4, 8, true), "chunks over a segment go through the pipeline")
+	require.False(t, ringDirect(8008/4, 4, 2, true), "on 2 ranks too: 4004-byte chunks")
+	require.False(t, ringDirect(8008/4, 4, 2, false), "and with more ranks than cores")
 }
 
 // TestBroadcastPipelined runs the broadcast tree with concurrent children

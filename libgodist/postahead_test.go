@@ -68,7 +68,7 @@ func (p *aheadProbe) mostPending() int {
 // outstanding. The pipelined ring posts every step's receive at the start
 // (its scratch is small here).
 func TestRingsPostReceivesAhead(t *testing.T) {
-	defer func(v, d int) { allReduceRDMax, ringDirectMax = v, d }(allReduceRDMax, ringDirectMax)
+	defer func(v, s int) { allReduceRDMax, ringSegment = v, s }(allReduceRDMax, ringSegment)
 	allReduceRDMax = 16
 	const n, count = 3, 3000
 	in := func(r int) []byte {
@@ -103,7 +103,7 @@ func TestRingsPostReceivesAhead(t *testing.T) {
 		ahead     int  // receives from the left neighbour outstanding at once, at least
 	}{
 		{"all_reduce", allReduce, sum(in(0), in(1), in(2)), false, 2},
-		{"all_reduce_pipelined", allReduce, sum(in(0), in(1), in(2)), true, 2 * (n - 1)},
+		{"all_reduce_pipelined", allReduce, sum(in(0), in(1), in(2)), true, 2 * (n - 1) * 4}, // four segments a step
 		{"reduce_scatter", func(r int, pg *ProcessGroup) (*Work, func() []byte, error) {
 			ins := [][]byte{in(3 * r), in(3*r + 1), in(3*r + 2)}
 			out := make([]byte, 4*count)
@@ -117,9 +117,9 @@ func TestRingsPostReceivesAhead(t *testing.T) {
 		}, append(append(in(0), in(1)...), in(2)...), false, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ringDirectMax = 1 << 20
+			ringSegment = 4 << 20
 			if tc.pipelined {
-				ringDirectMax = 16
+				ringSegment = 1000 // 4000-byte chunks: four segments a step
 			}
 			net := transport.NewMemNetwork(n)
 			probes := make([]*aheadProbe, n)
