@@ -130,16 +130,11 @@ func ringAllReduceSteps(c *comm, ch chunks, s reduceSpec, seg int, sq *sendQueue
 		rr = newRingReducer(s, sq, n-1, len(own)+1)
 		defer rr.finish()
 	}
-	// Receives are posted ahead (postAhead): a neighbour that runs ahead
-	// (ranks outnumber cores, or the previous op ended sooner there) then
-	// has its messages land in place, not in a buffer to be copied again.
-	for next < steps && (next < win || next >= n-1) {
-		posted[next] = post(next)
-		next++
-	}
 	for k := 0; k < steps; k++ {
-		// A reduce-scatter step reuses the scratch chunk of the step win
-		// before it; the allgather steps receive into the buffer.
+		// Receives are posted ahead (see allReduceRing), all of them at
+		// k == 0 while the scratch allows. A reduce-scatter step reuses
+		// the scratch chunk of the step win before it; the allgather
+		// steps receive into the buffer.
 		for next < steps && (next <= k+win-1 || next >= n-1) {
 			if rr != nil && next < n-1 && next-win > reduced {
 				if next > k+1 {
