@@ -66,7 +66,7 @@ func allReduce(c *comm, buf []byte, s reduceSpec) error {
 		count := len(buf) / s.dt.Size()
 		var err error
 		if c.arena != nil {
-			err = c.arena.AllReduce(c.ctx, buf, s.dt.Size(), s.combine)
+			err = c.arena.AllReduce(c.ctx, buf, s.dt.Size(), s.combine3)
 		} else if len(buf) <= allReduceRDMax || count < c.size {
 			err = allReduceRD(c, buf, s)
 		} else if ringDirect(count, s.dt.Size(), c.size, c.spare) {
@@ -83,5 +83,5 @@ func allReduce(c *comm, buf []byte, s reduceSpec) error {
 
 const opPremulSum = reduce.PremulSum
 
-// combine3 sets dst = a (op) b.
-func combine3(s reduceSpec, dst, a, b []byte) error { return reduce.Combine3(s.op, s.dt, dst, a, b) }
+// combine3 sets dst = a (op) b (the shape of shm.CombineFunc).
+func (s reduceSpec) combine3(dst, a, b []byte) error { return reduce.Combine3(s.op, s.dt, dst, a, b) }

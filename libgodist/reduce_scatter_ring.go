@@ -25,7 +25,7 @@ func reduceScatter(c *comm, ins [][]byte, out []byte, s reduceSpec) (err error) 
 		return s.post(out, 1)
 	}
 	if c.arena != nil {
-		if err := c.arena.ReduceScatter(c.ctx, ins, out, s.dt.Size(), s.combine); err != nil {
+		if err := c.arena.ReduceScatter(c.ctx, ins, out, s.dt.Size(), s.combine3); err != nil {
 			return err
 		}
 		return s.post(out, n)
@@ -62,7 +62,7 @@ func reduceScatter(c *comm, ins [][]byte, out []byte, s reduceSpec) (err error) 
 			return err
 		}
 		if k == n-2 {
-			if err := combine3(s, out, got, ins[r]); err != nil {
+			if err := s.combine3(out, got, ins[r]); err != nil {
 				return err
 			}
 			break

@@ -24,19 +24,17 @@ func (a *Arena) allReduceOneShot(c *opCtx, buf []byte, d desc, combine CombineFu
 	if err == nil && n > 0 {
 		// buf holds this rank's own contribution: ranks 0 and 1 fold the
 		// other of x0, x1 into it (combine is commutative), the others
-		// start over from x0.
-		first := 2
+		// start over from x0 (op) x1.
 		switch a.rank {
 		case 0:
-			err = combine(buf, a.area(1, s, n, inline))
+			err = combine(buf, buf, a.area(1, s, n, inline))
 		case 1:
-			err = combine(buf, a.area(0, s, n, inline)) // x1 op x0 == x0 op x1
+			err = combine(buf, buf, a.area(0, s, n, inline)) // x1 op x0 == x0 op x1
 		default:
-			copy(buf, a.area(0, s, n, inline))
-			first = 1
+			err = combine(buf, a.area(0, s, n, inline), a.area(1, s, n, inline))
 		}
-		for q := first; q < a.size && err == nil; q++ {
-			err = combine(buf, a.area(q, s, n, inline))
+		for q := 2; q < a.size && err == nil; q++ {
+			err = combine(buf, buf, a.area(q, s, n, inline))
 		}
 		if err != nil {
 			err = combineErr(c.op, err)

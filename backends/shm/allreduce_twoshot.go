@@ -134,7 +134,7 @@ func (a *Arena) copyIn(s uint64, p []byte, share func(l, q int) (int, int), inBu
 // at offset lo of step s into own, this rank's share of its buffer, and
 // publishes the result in its own slot share.
 func (a *Arena) reduceInBuf(own []byte, s uint64, lo int, combine CombineFunc) error {
-	err := combine(own, a.bytes(a.lay.buf(1-a.rank, s)+lo, len(own))) // x1 (op) x0 == x0 (op) x1
+	err := combine(own, own, a.bytes(a.lay.buf(1-a.rank, s)+lo, len(own))) // x1 (op) x0 == x0 (op) x1
 	publish(a.bytes(a.lay.buf(a.rank, s)+lo, len(own)), own)
 	return err
 }
@@ -151,29 +151,19 @@ func (a *Arena) reduceShare(acc, own []byte, ownIn bool, s uint64, lo int, combi
 		}
 		return a.bytes(a.lay.buf(q, s)+lo, n)
 	}
-	// Ordinary copies, not publish: combine reads acc back at once.
-	first := 2
-	switch me {
-	case 0:
-		if !ownIn {
-			copy(acc, own)
-		}
-		if err := combine(acc, src(1)); err != nil {
-			return err
-		}
-	case 1:
-		if !ownIn {
-			copy(acc, own)
-		}
-		if err := combine(acc, src(0)); err != nil { // s1 (op) s0 == s0 (op) s1
-			return err
-		}
-	default:
-		copy(acc, src(0))
-		first = 1
+	// x0 (op) x1 straight into acc, unless acc already holds this rank's
+	// contribution (ranks 0 and 1 after a copy-in that included it).
+	var err error
+	if me < 2 && ownIn {
+		err = combine(acc, acc, src(1-me)) // s1 (op) s0 == s0 (op) s1
+	} else {
+		err = combine(acc, src(0), src(1))
 	}
-	for q := first; q < a.size; q++ {
-		if err := combine(acc, src(q)); err != nil {
+	if err != nil {
+		return err
+	}
+	for q := 2; q < a.size; q++ {
+		if err := combine(acc, acc, src(q)); err != nil {
 			return err
 		}
 	}

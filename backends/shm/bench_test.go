@@ -105,7 +105,7 @@ func procBench(ctx context.Context, a *Arena) ([]benchRow, error) {
 		for i := 0; i < 8; i++ {
 			it[i] = byte(iters >> (8 * i))
 		}
-		if err := a.AllReduce(ctx, it, 8, func(dst, src []byte) error { return reduce.Combine(reduce.Max, reduce.Int64, dst, src) }); err != nil {
+		if err := a.AllReduce(ctx, it, 8, func(dst, x, y []byte) error { return reduce.Combine3(reduce.Max, reduce.Int64, dst, x, y) }); err != nil {
 			return rows, err
 		}
 		iters = 0

@@ -8,19 +8,21 @@ import (
 	"github.com/godist/godist/libgodist/transport"
 )
 
-// CombineFunc sets dst[i] = dst[i] (op) src[i] over raw element bytes
-// (len(dst) == len(src), a whole number of elements); for example
+// CombineFunc sets dst[i] = a[i] (op) b[i] over raw element bytes (equal
+// lengths, a whole number of elements); dst may be exactly a or exactly b.
+// For example
 //
-//	func(dst, src []byte) error { return reduce.Combine(op, dtype, dst, src) }
+//	func(dst, a, b []byte) error { return reduce.Combine3(op, dtype, dst, a, b) }
 //
 // The arena combines contributions in rank order, ((x0 op x1) op x2) ...,
 // so combine must be deterministic (same bytes in, same bytes out) and
-// commutative bit for bit (combine(a, b) and combine(b, a) write the same
-// bytes: the arena may start from x1 and fold x0 in) but need not be
-// associative. Every reduce.Combine kernel qualifies. dst and src may be
-// in the caller's memory or in the arena. An error it returns is returned by the collective (wrapped)
-// after the protocol has finished, so the arena stays usable.
-type CombineFunc func(dst, src []byte) error
+// commutative bit for bit (combine(d, a, b) and combine(d, b, a) write the
+// same bytes: the arena may start from x1 and fold x0 in) but need not be
+// associative. Every reduce.Combine3 kernel qualifies. The slices may be
+// in the caller's memory or in the arena. An error it returns is returned
+// by the collective (wrapped) after the protocol has finished, so the
+// arena stays usable.
+type CombineFunc func(dst, a, b []byte) error
 
 // opKind names a collective in step blocks, so that ranks can tell a peer
 // running something else.

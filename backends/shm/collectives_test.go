@@ -273,7 +273,7 @@ func TestCombineError(t *testing.T) {
 		arenas := openGroup(t, 3, func(c *Config) { c.ChunkSize = testChunk; c.OneShotMax = 512 })
 		ctx := testCtx(t, 10*time.Second)
 		boom := fmt.Errorf("boom")
-		bad := func(dst, src []byte) error { return boom }
+		bad := func(dst, x, y []byte) error { return boom }
 		errs := onAll(arenas, func(r int, a *Arena) error { return a.AllReduce(ctx, make([]byte, n), 4, bad) })
 		for r, err := range errs {
 			require.ErrorIs(t, err, boom, "n=%d rank %d", n, r)

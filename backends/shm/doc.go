@@ -18,7 +18,7 @@
 // Barrier) take a context whose deadline bounds every wait, run one at a
 // time, and must be issued in the same order on every local rank (c10d
 // semantics). Buffers belong to the caller and are not kept. Reductions
-// take a CombineFunc (dst op= src, e.g. reduce.Combine) and always combine
+// take a CombineFunc (dst = a op b, e.g. reduce.Combine3) and always combine
 // contributions in rank order, so results are bitwise identical on every
 // rank and from run to run. Send delivers point-to-point messages into
 // the transport.Mailbox a rank attaches with Attach (one mailbox can serve

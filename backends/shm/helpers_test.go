@@ -99,7 +99,7 @@ type dtypeCase struct {
 	op reduce.Op
 }
 
-func (d dtypeCase) combine(dst, src []byte) error { return reduce.Combine(d.op, d.dt, dst, src) }
+func (d dtypeCase) combine(dst, a, b []byte) error { return reduce.Combine3(d.op, d.dt, dst, a, b) }
 
 func (d dtypeCase) String() string { return fmt.Sprintf("%v-%v", d.dt, d.op) }
 
@@ -154,7 +154,7 @@ func putU64(b []byte, v uint64) {
 func refReduce(t testing.TB, d dtypeCase, bufs [][]byte) []byte {
 	out := append([]byte(nil), bufs[0]...)
 	for _, b := range bufs[1:] {
-		require.NoError(t, d.combine(out, b))
+		require.NoError(t, d.combine(out, out, b))
 	}
 	return out
 }

@@ -107,9 +107,12 @@ func (a *Arena) reduceScatter(c *opCtx, ins [][]byte, out []byte, es int, combin
 		}
 		if hi > lo && cerr == nil {
 			acc := out[lo:hi]
-			copy(acc, src(0))
 			for q := 1; q < P; q++ {
-				if err := combine(acc, src(q)); err != nil {
+				x := acc // fold x_q into the result so far, x0 (op) x1 to start
+				if q == 1 {
+					x = src(0)
+				}
+				if err := combine(acc, x, src(q)); err != nil {
 					cerr = combineErr(c.op, err)
 					break
 				}
