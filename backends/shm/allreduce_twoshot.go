@@ -10,12 +10,13 @@ package shm
 // owner, so all ranks end bitwise identical.
 //
 // The reduction accumulates in the owner's slot share (hot in cache),
-// relying on combine being bitwise commutative (see CombineFunc): ranks 0
-// and 1 start from their own contribution, copied there just before (or
-// by the copy-in, see copyIn), since s0 (op) s1 equals s1 (op) s0; the
-// others first copy s0 there and fold their own in from their buffer at
-// their turn. The peers never read a rank's own share of its slot before
-// it holds the result.
+// in rank order. Its first combine writes x0 (op) x1 there in one pass,
+// reading the owner's own contribution from its buffer; where the copy-in
+// already put it there (ranks 0 and 1, see copyIn) it folds the other one
+// in instead, relying on combine being bitwise commutative (see
+// CombineFunc): s1 (op) s0 equals s0 (op) s1. The rest fold in at their
+// turn. The peers never read a rank's own share of its slot before it
+// holds the result.
 //
 // Two ranks reduce in their own buffer instead, where their contribution
 // already is: each folds the other's slot share into its buffer share and
@@ -35,8 +36,8 @@ package shm
 // overlaps the slower ranks' reductions.
 //
 // Memory traffic per rank and chunk of C bytes: C - C/Size copied in (C
-// with non-temporal stores), C read and C/Size written by the reduction
-// (after a C/Size copy for ranks 0 and 1), C copied out. Two ranks: C/2 in,
+// with non-temporal stores), C read and C/Size written by the reduction,
+// C copied out. Two ranks: C/2 in,
 // C read and C/2 written by the reduction, C/2 published, C/2 out.
 func (a *Arena) allReduceTwoShot(c *opCtx, buf []byte, d desc, combine CombineFunc) error {
 	es, P, me := int(d.arg), a.size, a.rank
@@ -110,10 +111,10 @@ func (a *Arena) allReduceTwoShot(c *opCtx, buf []byte, d desc, combine CombineFu
 
 // copyIn publishes chunk p of step s into this rank's slot half. Only the
 // peers read the slot outside this rank's share, and in it the reduction
-// accumulates, starting from this rank's contribution: with ordinary
-// stores that is copied there just before the reduction, while it is hot
-// for it (7-10% off a 64 MiB all-reduce of 2 ranks, ~3% of 4), so the
-// copy-in leaves the share out. It reports whether it included the share:
+// accumulates, its first combine reading this rank's contribution from the
+// buffer: with ordinary stores the copy-in leaves the share out (copying it
+// there ahead of the reduction cost 7-10% of a 64 MiB all-reduce of 2
+// ranks, ~3% of 4). It reports whether it included the share:
 // it does when publish makes non-temporal copies (CPUs on different dies),
 // as the reduction would then wait for a non-temporal copy of its own
 // (10-15% slower) or take the lines its peers last read with ordinary
