@@ -37,8 +37,8 @@ package shm
 //
 // Memory traffic per rank and chunk of C bytes: C - C/Size copied in (C
 // with non-temporal stores), C read and C/Size written by the reduction,
-// C copied out. Two ranks: C/2 in,
-// C read and C/2 written by the reduction, C/2 published, C/2 out.
+// C copied out. Two ranks: C/2 in, C read and C/2 written by the
+// reduction, C/2 published, C/2 out.
 func (a *Arena) allReduceTwoShot(c *opCtx, buf []byte, d desc, combine CombineFunc) error {
 	es, P, me := int(d.arg), a.size, a.rank
 	piece := a.lay.chunk / es * es
