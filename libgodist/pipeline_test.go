@@ -90,25 +90,33 @@ func TestRingDirectChoice(t *testing.T) {
 		ringSegment, ringDirectMax, ringDirectPairMax = s, d, p
 	}(ringSegment, ringDirectMax, ringDirectPairMax)
 	ringSegment, ringDirectMax, ringDirectPairMax = 4<<20, 1<<20, 4<<20
-	require.True(t, ringDirect(2<<20/4, 4, 8, true), "2 MiB on 8 ranks: 256 KiB chunks")
-	require.True(t, ringDirect(2<<20/4, 4, 3, true), "2 MiB on 3 ranks: 683 KiB chunks")
-	require.True(t, ringDirect(4<<20/4, 4, 4, true), "4 MiB on 4 ranks: 1 MiB chunks")
-	require.False(t, ringDirect(4<<20/4+1, 4, 4, true), "a chunk one element over")
-	require.False(t, ringDirect(4<<20/4, 4, 3, true), "4 MiB on 3 ranks: 1.3 MiB chunks")
-	require.True(t, ringDirect(8<<20/4, 4, 8, true), "8 MiB on 8 ranks: 1 MiB chunks")
-	require.False(t, ringDirect(16<<20/4, 4, 4, true), "16 MiB on 4 ranks: 4 MiB chunks")
-	require.False(t, ringDirect(64<<20/4, 4, 16, true), "64 MiB on 16 ranks: 4 MiB chunks")
-	// Two ranks: up to a whole segment.
-	require.True(t, ringDirect(2<<20/4, 4, 2, true), "2 MiB on 2 ranks: 1 MiB chunks")
-	require.True(t, ringDirect(8<<20/4, 4, 2, true), "8 MiB on 2 ranks: 4 MiB chunks")
-	require.True(t, ringDirect(8<<20/2, 2, 2, true), "8 MiB of 2-byte elements on 2 ranks")
-	require.False(t, ringDirect(8<<20/4+1, 4, 2, true), "a chunk one element over")
-	require.False(t, ringDirect(16<<20/4, 4, 2, true), "16 MiB on 2 ranks: 8 MiB chunks")
-	// More ranks than cores: up to a whole segment at any size.
-	require.True(t, ringDirect(16<<20/4, 4, 4, false), "16 MiB on 4 ranks: 4 MiB chunks")
-	require.True(t, ringDirect(32<<20/4, 4, 8, false), "32 MiB on 8 ranks: 4 MiB chunks")
-	require.False(t, ringDirect(32<<20/4, 4, 4, false), "32 MiB on 4 ranks: 8 MiB chunks")
-	require.False(t, ringDirect(16<<20/4+1, 4, 4, false), "a chunk one element over")
+	for _, c := range []struct {
+		count, es, n int
+		spare, want  bool
+		what         string
+	}{
+		{2 << 20 / 4, 4, 8, true, true, "2 MiB on 8 ranks: 256 KiB chunks"},
+		{2 << 20 / 4, 4, 3, true, true, "2 MiB on 3 ranks: 683 KiB chunks"},
+		{4 << 20 / 4, 4, 4, true, true, "4 MiB on 4 ranks: 1 MiB chunks"},
+		{4<<20/4 + 1, 4, 4, true, false, "a chunk one element over"},
+		{4 << 20 / 4, 4, 3, true, false, "4 MiB on 3 ranks: 1.3 MiB chunks"},
+		{8 << 20 / 4, 4, 8, true, true, "8 MiB on 8 ranks: 1 MiB chunks"},
+		{16 << 20 / 4, 4, 4, true, false, "16 MiB on 4 ranks: 4 MiB chunks"},
+		{64 << 20 / 4, 4, 16, true, false, "64 MiB on 16 ranks: 4 MiB chunks"},
+		// Two ranks: up to a whole segment.
+		{2 << 20 / 4, 4, 2, true, true, "2 MiB on 2 ranks: 1 MiB chunks"},
+		{8 << 20 / 4, 4, 2, true, true, "8 MiB on 2 ranks: 4 MiB chunks"},
+		{8 << 20 / 2, 2, 2, true, true, "8 MiB of 2-byte elements on 2 ranks"},
+		{8<<20/4 + 1, 4, 2, true, false, "a chunk one element over"},
+		{16 << 20 / 4, 4, 2, true, false, "16 MiB on 2 ranks: 8 MiB chunks"},
+		// More ranks than cores: up to a whole segment at any size.
+		{16 << 20 / 4, 4, 4, false, true, "16 MiB on 4 ranks: 4 MiB chunks"},
+		{32 << 20 / 4, 4, 8, false, true, "32 MiB on 8 ranks: 4 MiB chunks"},
+		{32 << 20 / 4, 4, 4, false, false, "32 MiB on 4 ranks: 8 MiB chunks"},
+		{16<<20/4 + 1, 4, 4, false, false, "a chunk one element over"},
+	} {
+		require.Equal(t, c.want, ringDirect(c.count, c.es, c.n, c.spare), c.what)
+	}
 	ringSegment = 4000
 	require.False(t, ringDirect(2<<20/4, 4, 8, true), "chunks over a segment go through the pipeline")
 	require.False(t, ringDirect(8008/4, 4, 2, true), "on 2 ranks too: 4004-byte chunks")
