@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +124,7 @@ func Open(ctx context.Context, cfg Config) (*Arena, error) {
 		return nil, err
 	}
 	a.p2p.init(a.size)
+	a.p2p.share.Store(a.size <= runtime.NumCPU())
 	a.p2p.door.base = doorBase(a.path)
 	a.spr.on = a.pol.Spread && a.sameProc <= 1
 	return a, nil

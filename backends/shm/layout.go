@@ -88,6 +88,12 @@ const (
 	chBroken    = 128 // u32 set by either side when a message was cut
 	chSendSleep = 132 // u32 set while the sender waits for space
 	chRefused   = 136 // u32 set by dst when it cannot read src's memory (single copy)
+	chJobClaim  = 144 // u64 shared single-copy job (p2p_share.go): gen<<32 | pieces<<16 | next piece
+	chJobDst    = 152 // u64 address of the job's destination in dst's process
+	chJobOff    = 160 // u64 offset of the job in the message
+	chJobLen    = 168 // u64 bytes in the job
+	chJobDone   = 176 // u32 pieces src has copied
+	chJobRedo   = 180 // u32 1 + a piece src failed to copy (it then stops helping)
 	chRing      = 192
 
 	// msgHdr is the size of a message header in a ring: u64 tag, u64 n.
@@ -98,7 +104,7 @@ const (
 	cmaFlag = uint64(1) << 63
 
 	magic   uint64 = 0x314d48535453444f // "ODSTSHM1", little-endian
-	version        = 2
+	version        = 3
 )
 
 // Rank states.

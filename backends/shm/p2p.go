@@ -60,6 +60,15 @@ type p2pState struct {
 	streaming atomic.Bool
 	// directOK: per source, a single-copy read has worked; guarded by role.
 	directOK []bool
+	// share: this rank's receives of large single-copy messages let the
+	// sender copy part of them (p2p_share.go); set at Open when every
+	// local rank can have a CPU of its own (when they outnumber the CPUs,
+	// a receiver would wait for senders that wait for a CPU).
+	share atomic.Bool
+	// noHelp: per destination, a write into its memory failed, so this
+	// rank no longer helps copy its single-copy messages (p2p_share.go);
+	// guarded by sendMu.
+	noHelp []bool
 	// door is the idle receiver's doorbell socket (p2p_door.go); set by
 	// Attach before the receiver starts, closed after it exits.
 	door door
@@ -72,6 +81,7 @@ func (st *p2pState) init(size int) {
 	st.tails = make([]uint64, size)
 	st.gone = make([]bool, size)
 	st.directOK = make([]bool, size)
+	st.noHelp = make([]bool, size)
 	st.door.out.Store(-1)
 }
 
@@ -254,9 +264,15 @@ func (a *Arena) ring(peer int) {
 // waitSpace waits until the ring of channel ch has need free bytes when
 // this rank has written head bytes into it.
 func (a *Arena) waitSpace(c *opCtx, peer, ch int, head uint64, need int) error {
+	return a.waitSpaceOr(c, peer, ch, head, need, nil)
+}
+
+// waitSpaceOr is waitSpace that also returns when also (if not nil)
+// reports true.
+func (a *Arena) waitSpaceOr(c *opCtx, peer, ch int, head uint64, need int, also func() bool) error {
 	tail := a.u64(ch + chTail)
 	ring := uint64(a.lay.ring)
-	ready := func() bool { return ring-(head-tail.Load()) >= uint64(need) }
+	ready := func() bool { return ring-(head-tail.Load()) >= uint64(need) || also != nil && also() }
 	if ready() {
 		return nil
 	}

@@ -61,8 +61,8 @@ func (a *Arena) sendDirect(c *opCtx, peer, ch int, tag transport.Tag, data []byt
 	a.u64(ch + chHead).Store(head)
 	a.ring(peer)
 	// The receiver consumes the descriptor once it has copied the data:
-	// wait until the whole ring is free again.
-	err := a.waitSpace(c, peer, ch, head, a.lay.ring)
+	// wait until it has, helping with the copy meanwhile (p2p_share.go).
+	err := a.waitConsumed(c, peer, ch, head, data)
 	runtime.KeepAlive(data)
 	if err != nil {
 		// The receiver may still be reading memory the caller reuses.
@@ -96,7 +96,7 @@ func (a *Arena) recvDirect(mb *transport.Mailbox, src, ch int, tail *uint64, tag
 		}
 		a.p2p.directOK[src] = true
 	}
-	rd := directReader{a: a, src: src, pid: pid, addr: addr, left: int(n)}
+	rd := directReader{a: a, src: src, ch: ch, pid: pid, addr: addr, left: int(n)}
 	if err := a.deliver(mb, src, tag, int(n), &rd); err != nil {
 		return true, err
 	}
@@ -108,8 +108,10 @@ func (a *Arena) recvDirect(mb *transport.Mailbox, src, ch int, tail *uint64, tag
 type directReader struct {
 	a    *Arena
 	src  int
+	ch   int // the channel from src
 	pid  int
-	addr uintptr
+	addr uintptr // the next byte to read, in src's memory
+	off  int     // bytes read so far
 	left int
 }
 
@@ -121,15 +123,27 @@ func (r *directReader) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	p = p[:min(len(p), r.left)]
-	k, err := readMemory(r.pid, r.addr, p)
-	if err != nil || k == 0 {
-		if err == nil {
-			err = io.ErrUnexpectedEOF
-		}
-		return 0, &transport.PeerError{Op: "recv", Peer: r.a.globalRank(r.src),
-			Err: fmt.Errorf("%w: reading local rank %d's memory: %v", transport.ErrConnLost, r.src, err)}
+	var k int
+	var err error
+	if len(p) >= shareMin && r.a.p2p.share.Load() {
+		k, err = r.a.readShared(r, p)
+	} else if k, err = readMemory(r.pid, r.addr, p); err != nil || k == 0 {
+		err = r.readErr(err)
+	}
+	if err != nil {
+		return 0, err
 	}
 	r.addr += uintptr(k)
+	r.off += k
 	r.left -= k
 	return k, nil
+}
+
+// readErr is the error of a failed read of src's memory.
+func (r *directReader) readErr(err error) error {
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return &transport.PeerError{Op: "recv", Peer: r.a.globalRank(r.src),
+		Err: fmt.Errorf("%w: reading local rank %d's memory: %v", transport.ErrConnLost, r.src, err)}
 }

@@ -1,0 +1,174 @@
+package shm
+
+import (
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// shareTransports returns n transports whose receivers share large
+// single-copy reads with their senders (whatever the CPU count).
+func shareTransports(t *testing.T, n int) []*Transport {
+	t.Helper()
+	skipWithoutCMA(t)
+	trs := newTransports(t, n, nil)
+	for _, tr := range trs {
+		tr.Arena().p2p.share.Store(true)
+	}
+	return trs
+}
+
+// slowReads makes every read of another process's memory take at least d,
+// so that a sender claims pieces of the receiver's jobs.
+func slowReads(t *testing.T, d time.Duration) {
+	readMemory = func(pid int, addr uintptr, p []byte) (int, error) {
+		time.Sleep(d)
+		return readProcess(pid, addr, p)
+	}
+	t.Cleanup(func() { readMemory = readProcess })
+}
+
+// TestSharedCopy: large single-copy messages arrive whole, posted or not,
+// in both directions and back to back (each read a new job), at sizes
+// around the sharing threshold and the piece size.
+func TestSharedCopy(t *testing.T) {
+	trs := shareTransports(t, 2)
+	ctx := testCtx(t, 20*time.Second)
+	tag := transport.P2PTag(5)
+	sizes := []int{shareMin - 1, shareMin, shareMin + 7, 3*sharePiece - 1, 5<<20 + 13, 16 << 20}
+	for i, n := range sizes {
+		for dir := 0; dir < 2; dir++ {
+			src, dst := trs[dir], trs[1-dir]
+			want := randBytes(n, uint64(10*i+dir))
+			got := make([]byte, n)
+			r := dst.PostRecv(dir, tag, got)
+			require.NoError(t, src.Send(ctx, 1-dir, tag, want))
+			require.NoError(t, r.Wait(ctx))
+			require.Equal(t, want, got, "posted, %d bytes, from %d", n, dir)
+			// Not posted: the receiver goroutine reads it into the mailbox.
+			require.NoError(t, src.Send(ctx, 1-dir, tag, want))
+			got2 := make([]byte, n)
+			require.NoError(t, dst.PostRecv(dir, tag, got2).Wait(ctx))
+			require.Equal(t, want, got2, "unexpected, %d bytes, from %d", n, dir)
+		}
+	}
+}
+
+// TestSharedCopySenderHelps: while the receiver copies slowly, the sender
+// claims pieces of the job and writes them into the receiver's buffer.
+func TestSharedCopySenderHelps(t *testing.T) {
+	trs := shareTransports(t, 2)
+	slowReads(t, 2*time.Millisecond)
+	ctx := testCtx(t, 20*time.Second)
+	tag := transport.P2PTag(6)
+	n := 16*sharePiece + 5
+	want := randBytes(n, 3)
+	got := make([]byte, n)
+	r := trs[1].PostRecv(0, tag, got)
+	require.NoError(t, trs[0].Send(ctx, 1, tag, want))
+	require.NoError(t, r.Wait(ctx))
+	require.Equal(t, want, got)
+	a := trs[0].Arena()
+	ch := a.lay.ch(0, 1)
+	helped := a.u32(ch + chJobDone).Load()
+	require.Positive(t, helped, "the sender copied no piece")
+	_, pieces, next := jobParts(a.u64(ch + chJobClaim).Load())
+	require.Equal(t, 17, pieces)
+	require.Equal(t, pieces, next)
+	require.Zero(t, a.u32(ch+chJobRedo).Load())
+}
+
+// TestSharedCopyWriteRefused: a sender that cannot write into its
+// receiver's memory hands its piece back and stops helping; the receiver
+// copies that piece itself and every message still arrives whole.
+func TestSharedCopyWriteRefused(t *testing.T) {
+	var writes atomic.Int32
+	writeMemory = func(int, uintptr, []byte) (int, error) {
+		writes.Add(1)
+		return 0, syscall.EPERM
+	}
+	t.Cleanup(func() { writeMemory = writeProcess })
+	trs := shareTransports(t, 2)
+	slowReads(t, 2*time.Millisecond)
+	ctx := testCtx(t, 20*time.Second)
+	tag := transport.P2PTag(7)
+	for i := 0; i < 3; i++ {
+		n := 8*sharePiece + i
+		want := randBytes(n, uint64(i))
+		got := make([]byte, n)
+		r := trs[1].PostRecv(0, tag, got)
+		require.NoError(t, trs[0].Send(ctx, 1, tag, want))
+		require.NoError(t, r.Wait(ctx))
+		require.Equal(t, want, got, "message %d", i)
+	}
+	require.Equal(t, int32(1), writes.Load(), "the sender kept trying after a refusal")
+	require.True(t, trs[0].Arena().p2p.noHelp[1])
+}
+
+// TestSharedCopyJobs: a read longer than a job's most pieces is shared as
+// several jobs, each a new generation.
+func TestSharedCopyJobs(t *testing.T) {
+	old := shareMaxPieces
+	shareMaxPieces = 3
+	t.Cleanup(func() { shareMaxPieces = old })
+	trs := shareTransports(t, 2)
+	ctx := testCtx(t, 20*time.Second)
+	tag := transport.P2PTag(8)
+	n := 11*sharePiece + 1 // 3+3+3 pieces, then 2 pieces and a byte
+	a := trs[1].Arena()
+	gen0, _, _ := jobParts(a.u64(a.lay.ch(0, 1) + chJobClaim).Load())
+	want := randBytes(n, 9)
+	got := make([]byte, n)
+	r := trs[1].PostRecv(0, tag, got)
+	require.NoError(t, trs[0].Send(ctx, 1, tag, want))
+	require.NoError(t, r.Wait(ctx))
+	require.Equal(t, want, got)
+	gen, pieces, next := jobParts(a.u64(a.lay.ch(0, 1) + chJobClaim).Load())
+	require.Equal(t, gen0+4, gen, "four jobs")
+	require.Equal(t, 3, pieces)
+	require.Equal(t, 3, next)
+}
+
+// TestSharedCopyReadFails: a receiver whose read fails in the middle of a
+// job fails the receive with ErrConnLost after the pieces its sender
+// claimed are done; the sender gives up at its deadline.
+func TestSharedCopyReadFails(t *testing.T) {
+	var reads atomic.Int32
+	readMemory = func(pid int, addr uintptr, p []byte) (int, error) {
+		if reads.Add(1) > 3 { // the probe, then two pieces
+			return 0, syscall.EFAULT
+		}
+		time.Sleep(time.Millisecond)
+		return readProcess(pid, addr, p)
+	}
+	t.Cleanup(func() { readMemory = readProcess })
+	trs := shareTransports(t, 2)
+	tag := transport.P2PTag(9)
+	n := 32 * sharePiece
+	got := make([]byte, n)
+	r := trs[1].PostRecv(0, tag, got)
+	sctx := testCtx(t, 300*time.Millisecond)
+	serr := trs[0].Send(sctx, 1, tag, randBytes(n, 1))
+	require.ErrorIs(t, serr, transport.ErrTimeout)
+	rctx := testCtx(t, 10*time.Second)
+	require.ErrorIs(t, r.Wait(rctx), transport.ErrConnLost)
+	a := trs[1].Arena()
+	ch := a.lay.ch(0, 1)
+	_, pieces, next := jobParts(a.u64(ch + chJobClaim).Load())
+	require.Equal(t, pieces, next, "the job was closed")
+}
+
+func TestJobWord(t *testing.T) {
+	w := jobWord(7, 65535, 12)
+	g, n, k := jobParts(w)
+	require.Equal(t, uint64(7), g)
+	require.Equal(t, 65535, n)
+	require.Equal(t, 12, k)
+	g, n, k = jobParts(w + 1)
+	require.Equal(t, []any{uint64(7), 65535, 13}, []any{g, n, k})
+}
