@@ -4,6 +4,8 @@ Results must also be bitwise identical on every rank."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -187,6 +189,26 @@ def _p2p(c: Checker):
             dist.recv(y, left)
             dist.send(x, right)
         c.expect(f"send/recv ring {dtype}", _bytes(y), _bytes(make_input(left, torch.float32, 11).to(dtype)))
+    # large messages: over shared memory, single copy from 64 KiB, the copy
+    # shared by sender and receiver from 512 KiB (two ranks on two cores)
+    for count in ((64 << 10) // 4, (512 << 10) // 4 + 3, (3 << 20) // 4 + 1001, (24 << 20) // 4 + 7):
+        x = make_input(rank, torch.float32, count)
+        y = torch.zeros(count)
+        if rank % 2 == 0:
+            dist.send(x, right)
+            dist.recv(y, left)
+        else:
+            dist.recv(y, left)
+            dist.send(x, right)
+        c.expect(f"send/recv ring x{count}", y, make_input(left, torch.float32, count))
+        # the same message arriving before its receive is posted
+        y.zero_()
+        if rank == 0:
+            dist.send(x, 1)
+        elif rank == 1:
+            time.sleep(0.05)
+            dist.recv(y, 0)
+            c.expect(f"send/recv x{count}, received late", y, make_input(0, torch.float32, count))
     # isend/irecv all at once, several messages with tags
     sends = [dist.isend(torch.full((3,), float(rank * 10 + k)), right, tag=k) for k in range(3)]
     ys = [torch.zeros(3) for _ in range(3)]
