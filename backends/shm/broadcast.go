@@ -38,6 +38,9 @@ func (a *Arena) broadcastSteps(n int) int {
 }
 
 func (a *Arena) broadcast(c *opCtx, buf []byte, root int) error {
+	if a.useSharedBroadcast(len(buf)) {
+		return a.broadcastShared(c, buf, root) // broadcast_shared.go
+	}
 	n, me, piece := len(buf), a.rank, a.lay.chunk
 	d := desc{kind: kindBroadcast, arg: uint32(root), n: uint64(n)}
 	inline := n <= InlineSize
