@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -97,6 +98,39 @@ def test_killed_peer_fails_others_quickly(n, transport):
         assert f"rank {n - 1}" in r["msg"], r["msg"]
         assert "connection lost" in r["msg"], r["msg"]
         assert r["elapsed"] < 10, r
+
+
+def kill_during_copy_worker(rank, n, init_file, op, victim):
+    init(rank, n, init_file, timeout_s=60, gloo_group=False)
+    t = torch.full(((256 << 20) // 4,), float(rank))
+    dist.barrier()
+    if rank == victim:
+        threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    start = time.monotonic()
+    try:
+        for _ in range(20):
+            if op == "broadcast":
+                dist.broadcast(t, src=0)
+            elif rank == 0:
+                dist.send(t, 1)
+            else:
+                dist.recv(t, 0)
+    except Exception as e:  # noqa: BLE001
+        return {"msg": str(e), "elapsed": time.monotonic() - start, "is_dist_error": isinstance(e, dist.DistBackendError)}
+    return {"msg": None, "elapsed": time.monotonic() - start}
+
+
+@pytest.mark.parametrize("op,victim", [("send_recv", 0), ("send_recv", 1), ("broadcast", 0), ("broadcast", 1)])
+def test_killed_peer_during_large_copy(op, victim):
+    """Two ranks over shared memory copy 256 MiB messages straight between
+    their processes, both of them copying (the sender helps its receiver,
+    the root its peer); SIGKILL of either in the middle fails the other."""
+    results = run_world(kill_during_copy_worker, 2, op, victim, timeout=120, expect_exit={victim: None})
+    r = results[1 - victim]
+    assert r["msg"] is not None, f"{op}: succeeded with a dead peer"
+    assert r["is_dist_error"], r
+    assert f"rank {victim}" in r["msg"], r["msg"]
+    assert r["elapsed"] < 10, r
 
 
 def broken_after_timeout_worker(rank, n, init_file):
