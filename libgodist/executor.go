@@ -175,6 +175,11 @@ func (e *executor) runQueued(t *task, until time.Time) bool {
 	e.queue = e.queue[i+1:]
 	e.busy = true
 	e.waited = true
+	if e.armed && len(e.queue) == 0 {
+		// Nothing deferred is left for the timer to start.
+		e.timer.Stop()
+		e.armed = false
+	}
 	e.mu.Unlock()
 	for _, q := range run {
 		e.pg.runTask(q)

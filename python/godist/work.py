@@ -109,7 +109,9 @@ class GodistWork(dist._Work):
         (timedelta or seconds; 0 or None means none) that passes first raises
         GodistTimeoutError."""
         if not self._done:
-            self._block(timeout)
+            g = self._group
+            if timeout is not None or g is None or not completer.wait_held(g):
+                self._block(timeout)
         if self._exc is not None:
             raise self._exc
         return True
@@ -257,6 +259,23 @@ class _Completer:
                 self._thread.start()
         for h in ready:
             self._settle(lib, group, h)
+
+    def wait_held(self, group) -> bool:
+        """wait_here for the common case, an op of one Go work that nobody
+        watches (the caller waits right after issuing it); reports whether
+        it applied. Taking the handle out of _held (one dict operation, atomic
+        under the GIL) makes it this thread's alone: watch and wait_here no
+        longer find it, and Go pushes only watched handles."""
+        handles = group.handles
+        if len(handles) != 1 or self._held.pop(handles[0], None) is None:
+            return False
+        exc, src = _wait_handle(_lib.load(), handles[0])
+        group.left = 0
+        group.exc = exc
+        if src >= 0:
+            group.source = src
+        _complete_group(group)
+        return True
 
     def wait_here(self, group):
         """Settle group's pending handles on the calling thread, waiting in
