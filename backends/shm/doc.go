@@ -62,7 +62,10 @@
 //	  b at dataBase + (2r+b)*C
 //	channels, page aligned: per ordered pair (src, dst) at
 //	  chanBase + (src*P+dst)*(192+R): u64 head (src) | u64 tail (dst) |
-//	  u32 broken, u32 sender sleeping | R bytes of ring
+//	  u32 broken, u32 sender sleeping, u32 refused (dst), then the shared
+//	  copy's job (multi-writer): u64 claim word, u64 destination address,
+//	  u64 offset, u64 length, u32 pieces done by src, u32 piece to redo |
+//	  R bytes of ring
 //
 // The file is sized with fallocate when created, so a full /dev/shm fails
 // Open instead of raising SIGBUS later.
@@ -118,11 +121,23 @@
 // memory, publishes D, and waits for every peer's D before returning (two
 // synchronizations instead of one per round).
 //
+// Broadcast, two ranks, shared single copy (broadcast_shared.go): from
+// 1 MiB, when the ranks can read each other's memory, step 0 carries both
+// buffers' addresses and a piece counter in the receiver's slot; both
+// ranks claim 256 KiB pieces, the receiver reading its pieces out of the
+// root's buffer, the root writing its pieces into the receiver's. The op
+// uses the slot protocol's step numbers, so a size mismatch skips alike.
+//
 // Barrier: publish an empty step, wait for every peer's.
 //
 // Send: a byte ring per ordered pair; messages are a 16-byte header (tag,
 // length) and the payload, streamed in pieces of up to R/4; the receiver
 // goroutine started by Attach delivers them into the mailbox in order.
+// From 64 KiB the ring carries only a descriptor and the receiver reads
+// the payload out of the sender's memory (p2p_direct.go); from 512 KiB,
+// where every local rank has a CPU, the waiting sender claims pieces of
+// the receiver's read and writes them into the receiver's memory
+// (p2p_share.go, job fields in the channel's header).
 //
 // # Waiting
 //
