@@ -2,6 +2,7 @@ package shm
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -136,12 +137,7 @@ func (a *Arena) writeShared(peer, recv int, buf []byte, pieces uint64) {
 			return
 		}
 		lo, hi := int(k)*sharePiece, min(int(k+1)*sharePiece, len(buf))
-		ok := true
-		for ok && lo < hi {
-			m, err := writeMemory(pid, dst+uintptr(lo), buf[lo:hi])
-			ok = err == nil && m > 0
-			lo += max(m, 0)
-		}
+		ok := writeAll(pid, dst+uintptr(lo), buf[lo:hi])
 		if !ok {
 			a.u32(recv + bsRedo).Store(uint32(k + 1))
 		}
@@ -155,7 +151,7 @@ func (a *Arena) writeShared(peer, recv int, buf []byte, pieces uint64) {
 
 // awaitRootPieces waits until the root has finished want pieces (done),
 // for as long as the operation may wait for the root.
-func (a *Arena) awaitRootPieces(c *opCtx, root int, done interface{ Load() uint32 }, want uint64) error {
+func (a *Arena) awaitRootPieces(c *opCtx, root int, done *atomic.Uint32, want uint64) error {
 	ready := func() bool { return uint64(done.Load()) >= want }
 	if ready() {
 		return nil

@@ -75,12 +75,7 @@ func TestSharedBroadcastRootHelps(t *testing.T) {
 // TestSharedBroadcastWriteRefused: a root that cannot write into the
 // receiver hands its piece back; the receiver copies it.
 func TestSharedBroadcastWriteRefused(t *testing.T) {
-	var writes atomic.Int32
-	writeMemory = func(int, uintptr, []byte) (int, error) {
-		writes.Add(1)
-		return 0, syscall.EPERM
-	}
-	t.Cleanup(func() { writeMemory = writeProcess })
+	writes := refuseWrites(t)
 	arenas := sharedPair(t)
 	slowReads(t, 2*time.Millisecond)
 	n := 8*sharePiece + 3
@@ -124,6 +119,7 @@ func TestSharedBroadcastReadFails(t *testing.T) {
 		return readProcess(pid, addr, p)
 	}
 	t.Cleanup(func() { readMemory = readProcess })
+	slowWrites(t, 5*time.Millisecond) // the receiver claims pieces, and its third read fails
 	n := 16 * sharePiece
 	start := time.Now()
 	_, errs := broadcastAll(t, arenas, 0, []int{n, n}, randBytes(n, 3))

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"fmt"
 	"sync"
 	"syscall"
 	"testing"
@@ -48,12 +49,7 @@ func TestDirectRefused(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
 	tag := transport.P2PTag(2)
 	for i, n := range []int{cmaMin, 1 << 20, cmaMin + 1} {
-		want := randBytes(n, uint64(i))
-		got := make([]byte, n)
-		r := trs[1].PostRecv(0, tag, got)
-		require.NoError(t, trs[0].Send(ctx, 1, tag, want))
-		require.NoError(t, r.Wait(ctx))
-		require.Equal(t, want, got, "message %d", i)
+		sendPosted(t, ctx, trs, 0, 1, tag, randBytes(n, uint64(i)), fmt.Sprintf("message %d", i))
 	}
 	a := trs[0].Arena()
 	require.Equal(t, uint32(1), a.u32(a.lay.ch(0, 1)+chRefused).Load())

@@ -3,6 +3,7 @@ package shm
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -118,10 +119,7 @@ func (a *Arena) readShared(r *directReader, p []byte) (int, error) {
 
 // closeJob stops further claims on the job in claim and returns how many
 // of its pieces were claimed.
-func closeJob(claim interface {
-	Load() uint64
-	CompareAndSwap(old, new uint64) bool
-}) int {
+func closeJob(claim *atomic.Uint64) int {
 	for {
 		w := claim.Load()
 		g, n, k := jobParts(w)
@@ -145,7 +143,7 @@ func (r *directReader) readPiece(p []byte, k int) error {
 }
 
 // waitHelper waits until the sender has finished want pieces of the job.
-func (a *Arena) waitHelper(r *directReader, done interface{ Load() uint32 }, want int) error {
+func (a *Arena) waitHelper(r *directReader, done *atomic.Uint32, want int) error {
 	ready := func() bool { return int(done.Load()) >= want }
 	if ready() {
 		return nil
@@ -207,12 +205,8 @@ func (a *Arena) help(peer, ch int, data []byte) {
 			continue
 		}
 		lo, hi := uint64(k)*sharePiece, min(uint64(k+1)*sharePiece, ln)
-		ok := off <= uint64(len(data)) && lo < hi && hi <= uint64(len(data))-off
-		for ok && lo < hi {
-			m, err := writeMemory(pid, dst+uintptr(lo), data[off+lo:off+hi])
-			ok = err == nil && m > 0
-			lo += uint64(max(m, 0))
-		}
+		ok := off <= uint64(len(data)) && lo < hi && hi <= uint64(len(data))-off &&
+			writeAll(pid, dst+uintptr(lo), data[off+lo:off+hi])
 		if !ok {
 			a.p2p.noHelp[peer] = true
 			a.u32(ch + chJobRedo).Store(uint32(k + 1))
@@ -223,4 +217,18 @@ func (a *Arena) help(peer, ch int, data []byte) {
 			return
 		}
 	}
+}
+
+// writeAll copies all of b to address addr of process pid and reports
+// whether it could.
+func writeAll(pid int, addr uintptr, b []byte) bool {
+	for len(b) > 0 {
+		m, err := writeMemory(pid, addr, b)
+		if err != nil || m <= 0 {
+			return false
+		}
+		addr += uintptr(m)
+		b = b[m:]
+	}
+	return true
 }

@@ -1,6 +1,8 @@
 package shm
 
 import (
+	"context"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -33,6 +35,39 @@ func slowReads(t *testing.T, d time.Duration) {
 	t.Cleanup(func() { readMemory = readProcess })
 }
 
+// refuseWrites makes every write into another process's memory fail and
+// returns the count of attempts.
+func refuseWrites(t *testing.T) *atomic.Int32 {
+	var writes atomic.Int32
+	writeMemory = func(int, uintptr, []byte) (int, error) {
+		writes.Add(1)
+		return 0, syscall.EPERM
+	}
+	t.Cleanup(func() { writeMemory = writeProcess })
+	return &writes
+}
+
+// sendPosted sends want from rank from to rank to into a receive posted
+// first, and checks that it arrived whole.
+func sendPosted(t *testing.T, ctx context.Context, trs []*Transport, from, to int, tag transport.Tag, want []byte, what string) {
+	t.Helper()
+	got := make([]byte, len(want))
+	r := trs[to].PostRecv(from, tag, got)
+	require.NoError(t, trs[from].Send(ctx, to, tag, want), what)
+	require.NoError(t, r.Wait(ctx), what)
+	require.Equal(t, want, got, what)
+}
+
+// slowWrites makes every write into another process's memory take at least
+// d, so that a receiver claims most pieces of its jobs.
+func slowWrites(t *testing.T, d time.Duration) {
+	writeMemory = func(pid int, addr uintptr, p []byte) (int, error) {
+		time.Sleep(d)
+		return writeProcess(pid, addr, p)
+	}
+	t.Cleanup(func() { writeMemory = writeProcess })
+}
+
 // TestSharedCopy: large single-copy messages arrive whole, posted or not,
 // in both directions and back to back (each read a new job), at sizes
 // around the sharing threshold and the piece size.
@@ -45,11 +80,7 @@ func TestSharedCopy(t *testing.T) {
 		for dir := 0; dir < 2; dir++ {
 			src, dst := trs[dir], trs[1-dir]
 			want := randBytes(n, uint64(10*i+dir))
-			got := make([]byte, n)
-			r := dst.PostRecv(dir, tag, got)
-			require.NoError(t, src.Send(ctx, 1-dir, tag, want))
-			require.NoError(t, r.Wait(ctx))
-			require.Equal(t, want, got, "posted, %d bytes, from %d", n, dir)
+			sendPosted(t, ctx, trs, dir, 1-dir, tag, want, fmt.Sprintf("posted, %d bytes, from %d", n, dir))
 			// Not posted: the receiver goroutine reads it into the mailbox.
 			require.NoError(t, src.Send(ctx, 1-dir, tag, want))
 			got2 := make([]byte, n)
@@ -66,13 +97,7 @@ func TestSharedCopySenderHelps(t *testing.T) {
 	slowReads(t, 2*time.Millisecond)
 	ctx := testCtx(t, 20*time.Second)
 	tag := transport.P2PTag(6)
-	n := 16*sharePiece + 5
-	want := randBytes(n, 3)
-	got := make([]byte, n)
-	r := trs[1].PostRecv(0, tag, got)
-	require.NoError(t, trs[0].Send(ctx, 1, tag, want))
-	require.NoError(t, r.Wait(ctx))
-	require.Equal(t, want, got)
+	sendPosted(t, ctx, trs, 0, 1, tag, randBytes(16*sharePiece+5, 3), "")
 	a := trs[0].Arena()
 	ch := a.lay.ch(0, 1)
 	helped := a.u32(ch + chJobDone).Load()
@@ -87,24 +112,13 @@ func TestSharedCopySenderHelps(t *testing.T) {
 // receiver's memory hands its piece back and stops helping; the receiver
 // copies that piece itself and every message still arrives whole.
 func TestSharedCopyWriteRefused(t *testing.T) {
-	var writes atomic.Int32
-	writeMemory = func(int, uintptr, []byte) (int, error) {
-		writes.Add(1)
-		return 0, syscall.EPERM
-	}
-	t.Cleanup(func() { writeMemory = writeProcess })
+	writes := refuseWrites(t)
 	trs := shareTransports(t, 2)
 	slowReads(t, 2*time.Millisecond)
 	ctx := testCtx(t, 20*time.Second)
 	tag := transport.P2PTag(7)
 	for i := 0; i < 3; i++ {
-		n := 8*sharePiece + i
-		want := randBytes(n, uint64(i))
-		got := make([]byte, n)
-		r := trs[1].PostRecv(0, tag, got)
-		require.NoError(t, trs[0].Send(ctx, 1, tag, want))
-		require.NoError(t, r.Wait(ctx))
-		require.Equal(t, want, got, "message %d", i)
+		sendPosted(t, ctx, trs, 0, 1, tag, randBytes(8*sharePiece+i, uint64(i)), fmt.Sprintf("message %d", i))
 	}
 	require.Equal(t, int32(1), writes.Load(), "the sender kept trying after a refusal")
 	require.True(t, trs[0].Arena().p2p.noHelp[1])
@@ -119,15 +133,10 @@ func TestSharedCopyJobs(t *testing.T) {
 	trs := shareTransports(t, 2)
 	ctx := testCtx(t, 20*time.Second)
 	tag := transport.P2PTag(8)
-	n := 11*sharePiece + 1 // 3+3+3 pieces, then 2 pieces and a byte
 	a := trs[1].Arena()
 	gen0, _, _ := jobParts(a.u64(a.lay.ch(0, 1) + chJobClaim).Load())
-	want := randBytes(n, 9)
-	got := make([]byte, n)
-	r := trs[1].PostRecv(0, tag, got)
-	require.NoError(t, trs[0].Send(ctx, 1, tag, want))
-	require.NoError(t, r.Wait(ctx))
-	require.Equal(t, want, got)
+	// 3+3+3 pieces, then 2 pieces and a byte
+	sendPosted(t, ctx, trs, 0, 1, tag, randBytes(11*sharePiece+1, 9), "")
 	gen, pieces, next := jobParts(a.u64(a.lay.ch(0, 1) + chJobClaim).Load())
 	require.Equal(t, gen0+4, gen, "four jobs")
 	require.Equal(t, 3, pieces)
@@ -147,6 +156,7 @@ func TestSharedCopyReadFails(t *testing.T) {
 		return readProcess(pid, addr, p)
 	}
 	t.Cleanup(func() { readMemory = readProcess })
+	slowWrites(t, 5*time.Millisecond)
 	trs := shareTransports(t, 2)
 	tag := transport.P2PTag(9)
 	n := 32 * sharePiece

@@ -107,21 +107,7 @@ var sysProcessVMReadv = map[string]uintptr{"amd64": 310, "arm64": 270, "riscv64"
 // readProcess copies len(p) bytes (or fewer) at address addr of process
 // pid into p and returns how many it copied.
 func readProcess(pid int, addr uintptr, p []byte) (int, error) {
-	if sysProcessVMReadv == 0 {
-		return 0, syscall.ENOSYS
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	local := syscall.Iovec{Base: &p[0]}
-	local.SetLen(len(p))
-	remote := struct{ base, n uintptr }{addr, uintptr(len(p))}
-	n, _, e := syscall.Syscall6(sysProcessVMReadv, uintptr(pid), uintptr(unsafe.Pointer(&local)), 1,
-		uintptr(unsafe.Pointer(&remote)), 1, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
+	return processVM(sysProcessVMReadv, pid, addr, p)
 }
 
 // sysProcessVMWritev is process_vm_writev's number on this architecture
@@ -132,7 +118,13 @@ var sysProcessVMWritev = map[string]uintptr{"amd64": 311, "arm64": 271, "riscv64
 // writeProcess copies p (or a first part of it) to address addr of process
 // pid and returns how many bytes it copied.
 func writeProcess(pid int, addr uintptr, p []byte) (int, error) {
-	if sysProcessVMWritev == 0 {
+	return processVM(sysProcessVMWritev, pid, addr, p)
+}
+
+// processVM is process_vm_readv or process_vm_writev (sysno) between p and
+// len(p) bytes at address addr of process pid.
+func processVM(sysno uintptr, pid int, addr uintptr, p []byte) (int, error) {
+	if sysno == 0 {
 		return 0, syscall.ENOSYS
 	}
 	if len(p) == 0 {
@@ -141,7 +133,7 @@ func writeProcess(pid int, addr uintptr, p []byte) (int, error) {
 	local := syscall.Iovec{Base: &p[0]}
 	local.SetLen(len(p))
 	remote := struct{ base, n uintptr }{addr, uintptr(len(p))}
-	n, _, e := syscall.Syscall6(sysProcessVMWritev, uintptr(pid), uintptr(unsafe.Pointer(&local)), 1,
+	n, _, e := syscall.Syscall6(sysno, uintptr(pid), uintptr(unsafe.Pointer(&local)), 1,
 		uintptr(unsafe.Pointer(&remote)), 1, 0)
 	if e != 0 {
 		return 0, e
