@@ -182,3 +182,32 @@ func TestJobWord(t *testing.T) {
 	g, n, k = jobParts(w + 1)
 	require.Equal(t, []any{uint64(7), 65535, 13}, []any{g, n, k})
 }
+
+// TestSharedCopyBothWays: two ranks send each other large messages at the
+// same time, each sender helping its receiver while its own receive is
+// being copied.
+func TestSharedCopyBothWays(t *testing.T) {
+	trs := shareTransports(t, 2)
+	ctx := testCtx(t, 20*time.Second)
+	tag := transport.P2PTag(10)
+	n := 24*sharePiece + 3
+	for round := 0; round < 4; round++ {
+		wants := [][]byte{randBytes(n, uint64(round)), randBytes(n, uint64(round+100))}
+		gots := [][]byte{make([]byte, n), make([]byte, n)}
+		errs := make(chan error, 2)
+		for r := 0; r < 2; r++ {
+			rcv := trs[r].PostRecv(1-r, tag, gots[r])
+			go func() {
+				if err := trs[r].Send(ctx, 1-r, tag, wants[r]); err != nil {
+					errs <- err
+					return
+				}
+				errs <- rcv.Wait(ctx)
+			}()
+		}
+		require.NoError(t, <-errs)
+		require.NoError(t, <-errs)
+		require.Equal(t, wants[1], gots[0], "round %d", round)
+		require.Equal(t, wants[0], gots[1], "round %d", round)
+	}
+}
