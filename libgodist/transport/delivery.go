@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -200,7 +201,7 @@ func (d *Delivery) Fail(cause error) {
 	}
 	var hook func(*Recv)
 	if r != nil {
-		hook = mb.complete(r, d.src, &PeerError{Op: "recv", Peer: d.src, Err: fmt.Errorf("%w: %v", ErrConnLost, cause)})
+		hook = mb.complete(r, d.src, lostErr(d.src, cause))
 	}
 	mb.mu.Unlock()
 	if d.r == nil {
@@ -210,6 +211,16 @@ func (d *Delivery) Fail(cause error) {
 		runHook(hook, r)
 	}
 	*d = Delivery{}
+}
+
+// lostErr is the error of a receive from src whose stream broke with cause:
+// cause itself when it already says that the connection to src was lost.
+func lostErr(src int, cause error) error {
+	var pe *PeerError
+	if errors.As(cause, &pe) && pe.Peer == src && errors.Is(pe.Err, ErrConnLost) {
+		return pe
+	}
+	return &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: %v", ErrConnLost, cause)}
 }
 
 // forget removes d from the deliveries receives can adopt. Called with

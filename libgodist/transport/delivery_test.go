@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand"
 	"sync"
 	"testing"
@@ -135,6 +136,29 @@ func TestDeliveryAdoptedThenFailed(t *testing.T) {
 		err := waitRecv(t, r)
 		require.ErrorIs(t, err, ErrConnLost)
 		require.Empty(t, mb.inflight)
+	}
+}
+
+// A broken stream's cause that already names the peer and the lost
+// connection is the receive's error as it is; another cause is wrapped.
+func TestDeliveryFailCause(t *testing.T) {
+	lost := &PeerError{Op: "recv", Peer: 1, Err: fmt.Errorf("%w: reading local rank 1's memory: no such process", ErrConnLost)}
+	for _, tc := range []struct {
+		cause error
+		want  string
+	}{
+		{lost, "recv from rank 1: connection lost (peer process died or network failed): reading local rank 1's memory: no such process"},
+		{errors.New("reset by peer"), "recv from rank 1: connection lost (peer process died or network failed): reset by peer"},
+		{&PeerError{Op: "recv", Peer: 0, Err: ErrConnLost}, "recv from rank 1: connection lost (peer process died or network failed): recv from rank 0: connection lost (peer process died or network failed)"},
+	} {
+		mb := NewMailbox(2)
+		var d Delivery
+		mb.Begin(&d, 1, 0, adoptMin)
+		r := mb.Post(1, 0, make([]byte, adoptMin))
+		d.Fail(tc.cause)
+		err := waitRecv(t, r)
+		require.ErrorIs(t, err, ErrConnLost)
+		require.EqualError(t, err, tc.want)
 	}
 }
 
