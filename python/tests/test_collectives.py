@@ -179,27 +179,27 @@ def _p2p(c: Checker):
     if n == 1:
         return
     right, left = (rank + 1) % n, (rank - 1) % n
-    for dtype in DTYPES:
-        x = make_input(rank, torch.float32, 11).to(dtype)
-        y = torch.zeros(11).to(dtype)
+
+    def ring(x, y):
+        """Send x to the right and receive y from the left, even ranks first."""
         if rank % 2 == 0:
             dist.send(x, right)
             dist.recv(y, left)
         else:
             dist.recv(y, left)
             dist.send(x, right)
+
+    for dtype in DTYPES:
+        x = make_input(rank, torch.float32, 11).to(dtype)
+        y = torch.zeros(11).to(dtype)
+        ring(x, y)
         c.expect(f"send/recv ring {dtype}", _bytes(y), _bytes(make_input(left, torch.float32, 11).to(dtype)))
     # large messages: over shared memory, single copy from 64 KiB, the copy
     # shared by sender and receiver from 512 KiB (two ranks on two cores)
     for count in ((64 << 10) // 4, (512 << 10) // 4 + 3, (3 << 20) // 4 + 1001, (24 << 20) // 4 + 7):
         x = make_input(rank, torch.float32, count)
         y = torch.zeros(count)
-        if rank % 2 == 0:
-            dist.send(x, right)
-            dist.recv(y, left)
-        else:
-            dist.recv(y, left)
-            dist.send(x, right)
+        ring(x, y)
         c.expect(f"send/recv ring x{count}", y, make_input(left, torch.float32, count))
         # the same message arriving before its receive is posted
         y.zero_()
