@@ -71,6 +71,9 @@ def test_bench_smoke(tmp_path):
 
     md = (out / "results.md").read_text()
     assert "## godist/gloo speed ratio" in md
+    # how fast the machine ran Python around the world size (machine.python_loop_ms)
+    m = re.search(r"pyloop:  P=2 ([\d.]+) / ([\d.]+) ms", md)
+    assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, md
     assert md.count(MD_HEADER) == len(OPS), md
     for op in OPS:
         assert f"### {op}" in md
@@ -88,7 +91,7 @@ def test_bench_smoke(tmp_path):
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     md2 = (out / "results.md").read_text()
-    assert md2.count(MD_HEADER) == len(OPS) and "p50 latency" in md2
+    assert md2.count(MD_HEADER) == len(OPS) and "p50 latency" in md2 and m.group(0) in md2
 
 
 @pytest.mark.timeout(300)

@@ -239,13 +239,17 @@ def main(argv=None) -> int:
     sys.stderr.flush()
 
     rows, errors, setup = [], [], {}
-    hashes = {}
+    hashes, pyloop = {}, {}
     for P in cfg.world_sizes:
         t = time.monotonic()
         hashes[P] = machine.library_hash()
-        print(f"--- world size {P}: spawning {P} ranks", file=sys.stderr, flush=True)
+        before = machine.python_loop_ms()
+        print(f"--- world size {P}: spawning {P} ranks (Python loop {before:.1f} ms)", file=sys.stderr, flush=True)
         run_world(P, cfg, rows, errors, setup)
-        print(f"--- world size {P} done in {time.monotonic() - t:.0f} s", file=sys.stderr, flush=True)
+        after = machine.python_loop_ms()
+        pyloop[P] = [round(before, 1), round(after, 1)]
+        print(f"--- world size {P} done in {time.monotonic() - t:.0f} s (Python loop {after:.1f} ms)",
+              file=sys.stderr, flush=True)
     if len(set(hashes.values())) > 1:
         msg = ("WARNING: libgodist.so changed during the run (sha256 per world size: " +
                ", ".join(f"P={p} {h}" for p, h in hashes.items()) + ")")
@@ -260,7 +264,7 @@ def main(argv=None) -> int:
         shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv)))
     meta = {"command": command, "mode": cfg.mode, "when": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
             "wall_s": wall, "exit": code, "header": header, "loadavg_end": "%.2f %.2f %.2f" % machine.loadavg(),
-            "setup": setup, "errors": errors}
+            "setup": setup, "errors": errors, "python_loop_ms": pyloop}
     paths = report.write_all(rows, meta, out_dir, want_plot=not a.no_plot)
     for e in errors:
         print(e, file=sys.stderr)

@@ -1,13 +1,15 @@
 """The machine header printed before a benchmark run (and written into the
 markdown report): CPU model, cores, kernel, Python / torch / Go versions,
-godist's commit and the load average."""
+godist's commit, the load average and how fast the machine runs Python."""
 
 from __future__ import annotations
 
 import os
 import platform
 import shutil
+import statistics
 import subprocess
+import time
 
 
 def cpu_model() -> str:
@@ -33,6 +35,21 @@ def loadavg() -> tuple[float, float, float]:
         return os.getloadavg()
     except OSError:
         return (float("nan"),) * 3
+
+
+def python_loop_ms(steps: int = 200_000, samples: int = 5) -> float:
+    """The median time of a plain Python loop, in ms. A small op's latency is
+    mostly the ranks' Python side, and some virtual machines run Python at
+    different speeds from one minute to the next: this number, taken around
+    each world size, tells which speed a run saw."""
+    times = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        s = 0
+        for i in range(steps):
+            s += i
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
 
 
 def _uvarint(data: bytes, i: int) -> tuple[int, int]:

@@ -141,11 +141,21 @@ def op_tables(rows) -> list[str]:
     return out
 
 
+def _pyloop_lines(meta: dict) -> list[str]:
+    """The Python-speed probe around each world size (machine.python_loop_ms),
+    when the run recorded it."""
+    loops = meta.get("python_loop_ms")
+    if not loops:
+        return []
+    runs = ", ".join(f"P={p} {b:g} / {a:g}" for p, (b, a) in loops.items())
+    return [f"pyloop:  {runs} ms (a 200,000-step Python loop, median of 5, before / after each world size)"]
+
+
 def write_markdown(rows, meta: dict, path: str, png_name: str | None):
     lines = ["# godist vs gloo, side by side", "",
              f"Command: `{meta['command']}`  ", f"Mode: {meta['mode']}; {meta['when']}; wall time "
              f"{meta['wall_s']:.0f} s; exit status {meta['exit']}.", "",
-             "```", *meta["header"], f"loadavg: {meta['loadavg_end']} (at end)", "```", ""]
+             "```", *meta["header"], f"loadavg: {meta['loadavg_end']} (at end)", *_pyloop_lines(meta), "```", ""]
     if meta.get("setup"):
         lines += ["godist transport (as reported by the godist group): " + ", ".join(
             f"P={p}: {s.get('godist_transport', '?')}" for p, s in sorted(meta["setup"].items())) + "; gloo: TCP "
