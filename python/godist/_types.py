@@ -55,6 +55,27 @@ _SUM = dist.ReduceOp.SUM
 _SIMPLE = frozenset(range(PREMUL_SUM))
 
 
+def _hash_is_code() -> bool:
+    """Whether hash() of an options object's reduceOp is its op code, for
+    every op (torch defines ReduceOp.__hash__ as the code): the fast paths
+    then read the code with one call instead of a comparison and two
+    attribute reads."""
+    try:
+        for code, name in OP_NAMES.items():
+            if code not in _SIMPLE:
+                continue
+            o = dist.AllreduceOptions()
+            o.reduceOp = getattr(dist.ReduceOp, name)
+            if hash(o.reduceOp) != code:
+                return False
+        return hash(dist._make_nccl_premul_sum(2.0)) not in _SIMPLE
+    except Exception:
+        return False
+
+
+HASH_IS_CODE = _hash_is_code()
+
+
 _TIMEOUTS: dict = {}
 
 

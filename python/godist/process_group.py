@@ -17,13 +17,18 @@ import os
 import threading
 import weakref
 
+import torch
 import torch.distributed as dist
 
 from . import _checks, _errors, _lib, _rendezvous, _types
 from ._args import (_HAS_ASYNC_FLAG, _SIMPLE, _SUM, _TIMEOUTS, _async, _call, _chunks, _desc, _fast2, _nbytes, _one,
                     _Outputs, _profiling, _sync)
 from ._lib import OUT_AT, fill, fill_out
-from .work import GodistWork, adopt, combine, finish_sync, submit
+from .work import GodistWork, _Done, adopt, combine, finish_sync, submit
+
+# The all_reduce fast path's names, bound once.
+_Tensor, _STRIDED, _DTYPES, _OK = torch.Tensor, torch.strided, _types.DTYPE_CODES, _errors.OK
+_HASH_IS_CODE = _types.HASH_IS_CODE
 
 _live = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -189,9 +194,11 @@ class GodistProcessGroup(dist.ProcessGroup):
         if _HAS_ASYNC_FLAG and opts is not None and not _lib._forked and not _profiling():
             if type(tensors) is list and len(tensors) == 1:
                 t = tensors[0]
-                dt = _checks.fast_dtype(t)
+                # _checks.fast_dtype, inline
+                dt = _DTYPES.get(t.dtype) if isinstance(t, _Tensor) and t.layout is _STRIDED and t.is_cpu \
+                    and t.is_contiguous() else None
                 rop = opts.reduceOp
-                code = 0 if rop == _SUM else rop.op.value
+                code = hash(rop) if _HASH_IS_CODE else 0 if rop == _SUM else rop.op.value
                 if dt is not None and code in _SIMPLE:
                     notify = 2 if opts.asyncOp else -1
                     ms = _TIMEOUTS.get(opts.timeout)
@@ -199,7 +206,13 @@ class GodistProcessGroup(dist.ProcessGroup):
                     fill(view, 0, self._h, t.data_ptr(), t.nbytes, dt, code,
                          ms if ms is not None else _types.fast_timeout(opts), notify)
                     rc = self._call_allreduce(addr)
-                    if notify < 0 or rc != _errors.OK:
+                    if notify < 0:
+                        if rc == _OK and not blk.work and self._coalesced is None:
+                            w = _Done()  # finish_sync's success, inline
+                            w._op, w._outputs = "allreduce", tensors
+                            return w
+                        return self._track(finish_sync("allreduce", tensors, rc, blk.work, eb))
+                    if rc != _OK:
                         return self._track(finish_sync("allreduce", tensors, rc, blk.work, eb))
                     return self._track(adopt("allreduce", tensors, blk.work, keep=t))
         op = "allreduce"
@@ -412,7 +425,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         if _fast2(opts):
             dt = _checks.fast_dtype(input)
             rop = opts.reduceOp
-            code = 0 if rop == _SUM else rop.op.value
+            code = hash(rop) if _HASH_IS_CODE else 0 if rop == _SUM else rop.op.value
             if dt is not None and code in _SIMPLE and _checks.fast_dtype(output) == dt and \
                     input.numel() == output.numel() * self._size:
                 return self._call2(self._call_reduce_scatter, "reduce_scatter_tensor", input, output, dt, code, opts)

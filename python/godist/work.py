@@ -449,7 +449,22 @@ def finish_sync(op: str, outputs, rc: int, handle: int, errbuf, source: int = -1
             raise exc
         if src >= 0:
             source = src
-    return GodistWork(op, outputs, True, source)
+    w = _Done()
+    w._op = op
+    w._outputs = outputs
+    if source >= 0:
+        w._source = source
+    return w
+
+
+class _Done(GodistWork):
+    """A Work complete when it is made: what a synchronous fast path returns
+    when its op finished during the call. It skips GodistWork.__init__ (the
+    caller sets _op and _outputs): about half the cost of making a Work,
+    which is a tenth of a small synchronous op's time in Python."""
+
+    _done = True
+    __init__ = dist._Work.__init__
 
 
 def _wait_handle(lib, h):

@@ -129,6 +129,18 @@ def fast_path_worker(rank, n, init_file):
         w = dist.all_reduce(t, op=op)
         assert torch.equal(t, torch.full((7,), expect)), (op, t)
         assert w is None or w.is_completed()
+    # the completed Work of a synchronous op called directly (asyncOp False):
+    # its result and future hold the op's tensors
+    if hasattr(dist.AllreduceOptions(), "asyncOp"):
+        be = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        for op, expect in [(dist.ReduceOp.SUM, want), (dist.ReduceOp.MAX, float(n))]:
+            opts = dist.AllreduceOptions()
+            opts.reduceOp, opts.asyncOp = op, False
+            t = torch.full((3,), float(rank + 1))
+            w = be.allreduce([t], opts)
+            assert w.is_completed() and w.is_success() and w.exception() is None and w.wait()
+            assert w.result()[0] is t and w.get_future().value()[0] is t
+            assert torch.equal(t, torch.full((3,), expect)), (op, t)
     # non-contiguous tensors and empty ones
     t = torch.full((4, 6), float(rank + 1)).t()
     dist.all_reduce(t)
