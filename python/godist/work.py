@@ -436,6 +436,16 @@ def adopt(op: str, outputs, handle: int, keep=None) -> GodistWork:
     return work
 
 
+class _Done(GodistWork):
+    """A Work complete when it is made: what a synchronous fast path returns
+    when its op finished during the call. Its __init__ is pybind's alone
+    (the caller sets _op and _outputs), which makes it in about half the
+    time of a GodistWork: 0.4 against 0.8 µs, of a small op's 7 µs or so."""
+
+    _done = True
+    __init__ = dist._Work.__init__
+
+
 def finish_sync(op: str, outputs, rc: int, handle: int, errbuf, source: int = -1) -> GodistWork:
     """The end of a synchronous fast path, after a raw call with notify -1:
     raise the call's error, else wait for the op if Go queued it behind
@@ -455,16 +465,6 @@ def finish_sync(op: str, outputs, rc: int, handle: int, errbuf, source: int = -1
     if source >= 0:
         w._source = source
     return w
-
-
-class _Done(GodistWork):
-    """A Work complete when it is made: what a synchronous fast path returns
-    when its op finished during the call. It skips GodistWork.__init__ (the
-    caller sets _op and _outputs): about half the cost of making a Work,
-    which is a tenth of a small synchronous op's time in Python."""
-
-    _done = True
-    __init__ = dist._Work.__init__
 
 
 def _wait_handle(lib, h):
