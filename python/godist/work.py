@@ -229,10 +229,23 @@ class _Completer:
                 self._held[h] = group
             spill = len(self._held) > _HOLD_MAX
         if spill:
-            with self._lock:
-                old = list(self._held.values())[: len(self._held) // 2]
-            for g in dict.fromkeys(old):
-                self.watch(g)
+            self._spill()
+
+    def hold_one(self, group: _Group, h: int):
+        """hold for a group of the one handle h, as adopt makes: a single
+        dict store, atomic under the GIL like wait_held's pop (every use of
+        _held is one dict operation), so no lock."""
+        held = self._held
+        held[h] = group
+        if len(held) > _HOLD_MAX:
+            self._spill()
+
+    def _spill(self):
+        """Watch the older half of the held groups."""
+        with self._lock:
+            old = list(self._held.values())[: len(self._held) // 2]
+        for g in dict.fromkeys(old):
+            self.watch(g)
 
     def watch(self, group: _Group):
         """Have the completion thread settle group when Go completes it."""
@@ -429,11 +442,21 @@ def _submit(op, outputs, calls, finalize, keep, async_op):
 def adopt(op: str, outputs, handle: int, keep=None) -> GodistWork:
     """The Work of an op submitted by a raw call that is still running: held
     like any asynchronous op (see submit)."""
-    work = GodistWork(op, outputs)
+    work = _Live()
+    work._op = op
+    work._outputs = outputs
     group = _Group(work, 1, None, keep, (handle,))
     work._group = group
-    completer.hold(group)
+    completer.hold_one(group, handle)
     return work
+
+
+class _Live(GodistWork):
+    """The Work adopt returns, of an op still running: made by pybind's
+    __init__ alone, as _Done (below), with _done false until _finish."""
+
+    _done = False
+    __init__ = dist._Work.__init__
 
 
 class _Done(GodistWork):
