@@ -69,8 +69,9 @@ const directAheadMax = 8 << 20
 // the two directions still overlap.
 //
 // Every receive is posted as early as its buffer allows: the
-// reduce-scatter's into scratch chunks of their own, up to directAheadMax
-// bytes ahead (all of them for 8 ranks and 1 MiB chunks), and allgather
+// reduce-scatter's at the start, folding into their chunks as the bytes
+// land (see allReduceRing; without ringFold into scratch chunks of their
+// own, up to directAheadMax bytes ahead), and allgather
 // step k's into chunk r-k as soon as reduce-scatter step k has sent it. A
 // left neighbour that runs steps ahead (ranks that share cores are
 // descheduled anywhere) then sends into the final place, not into an
@@ -92,23 +93,37 @@ func allReduceRingDirect(c *comm, buf []byte, s reduceSpec) (err error) {
 	es := s.dt.Size()
 	ch := chunks{buf: buf, n: n, count: len(buf) / es, es: es}
 	right, left := (r+1)%n, (r-1+n)%n
-	m := ch.max()
-	ahead := min(n-1, max(1, directAheadMax/max(m, 1)))
-	tmp := scratch.Get(ahead * m)
-	in := func(k int) []byte { // reduce-scatter step k's scratch chunk
-		o := k % ahead * m
-		return tmp[o : o+len(ch.at(r-k-1))]
-	}
 	rs := make([]*transport.Recv, 2*(n-1)) // by step
 	defer func() {
 		if err != nil {
 			cancelAll(rs, err)
-			return // let the collector have tmp
 		}
-		scratch.Put(tmp)
 	}()
-	for k := 0; k < ahead; k++ {
-		rs[k] = c.post(left, uint16(k), in(k))
+	// The reduce-scatter's receives: with ringFold each folds into its
+	// chunk as it lands, all posted now (chunk r-k-1 is sent only in step
+	// k+1); else they land in scratch chunks, ahead steps of them.
+	var in func(k int) []byte // reduce-scatter step k's scratch chunk
+	ahead := n - 1
+	if ringFold {
+		for k := 0; k < n-1; k++ {
+			rs[k] = c.postFold(left, uint16(k), ch.at(r-k-1), s)
+		}
+	} else {
+		m := ch.max()
+		ahead = min(n-1, max(1, directAheadMax/max(m, 1)))
+		tmp := scratch.Get(ahead * m)
+		defer func() {
+			if err == nil { // after a failure, let the collector have it
+				scratch.Put(tmp)
+			}
+		}()
+		in = func(k int) []byte {
+			o := k % ahead * m
+			return tmp[o : o+len(ch.at(r-k-1))]
+		}
+		for k := 0; k < ahead; k++ {
+			rs[k] = c.post(left, uint16(k), in(k))
+		}
 	}
 	// Reduce-scatter step k: send chunk r-k, add the left neighbour's
 	// chunk r-k-1 into ours. Afterwards rank r holds chunk r+1 in full.
@@ -120,6 +135,9 @@ func allReduceRingDirect(c *comm, buf []byte, s reduceSpec) (err error) {
 		rs[n-1+k] = c.post(left, uint16(n-1+k), ch.at(r-k))
 		if err := c.wait(rs[k]); err != nil {
 			return err
+		}
+		if in == nil {
+			continue // folded in as it arrived
 		}
 		if err := s.combine(ch.at(r-k-1), in(k)); err != nil {
 			return err

@@ -89,20 +89,22 @@ func input(r, count int) []int64 {
 }
 
 func TestAllReduceSumAndMax(t *testing.T) {
-	defer func(v, s int) { allReduceRDMax, ringSegment = v, s }(allReduceRDMax, ringSegment)
+	defer func(v, s int, f bool) { allReduceRDMax, ringSegment, ringFold = v, s, f }(allReduceRDMax, ringSegment, ringFold)
 	// Recursive doubling, the ring with one segment per chunk, and the ring
 	// with chunks cut into many segments (some a partial element long,
 	// rounded up to one element).
 	// spare: the ring reduces on a goroutine of its own (ring_reducer.go).
+	// noFold: the rings receive into scratch and reduce after (ringFold).
 	for _, mode := range []struct {
-		rdMax, seg int
-		spare      bool
-	}{{1 << 20, 512 << 10, false}, {16, 512 << 10, false}, {16, 24, false}, {16, 3, false}, {16, 24, true}, {16, 3, true}} {
-		allReduceRDMax, ringSegment = mode.rdMax, mode.seg
+		rdMax, seg    int
+		spare, noFold bool
+	}{{1 << 20, 512 << 10, false, false}, {16, 512 << 10, false, false}, {16, 24, false, false}, {16, 3, false, false},
+		{16, 24, true, false}, {16, 3, true, false}, {16, 512 << 10, false, true}, {16, 3, false, true}, {16, 3, true, true}} {
+		allReduceRDMax, ringSegment, ringFold = mode.rdMax, mode.seg, !mode.noFold
 		for _, n := range worldSizes {
 			for _, count := range []int{0, 1, 7, 1000} {
 				for _, op := range []reduce.Op{reduce.Sum, reduce.Max, reduce.Avg} {
-					t.Run(fmt.Sprintf("rd%d/seg%d/spare=%v/n%d/c%d/%v", mode.rdMax, mode.seg, mode.spare, n, count, op), func(t *testing.T) {
+					t.Run(fmt.Sprintf("rd%d/seg%d/spare=%v/fold=%v/n%d/c%d/%v", mode.rdMax, mode.seg, mode.spare, !mode.noFold, n, count, op), func(t *testing.T) {
 						pgs, _ := group(t, n, 5*time.Second)
 						for _, pg := range pgs {
 							pg.spare = mode.spare

@@ -35,6 +35,12 @@ func (c *comm) post(peer int, step uint16, b []byte) *transport.Recv {
 	return c.tr.PostRecv(peer, c.tag(step), b)
 }
 
+// postFold posts a receive from peer that folds the message into b with
+// s's combine (a ring reduce-scatter step).
+func (c *comm) postFold(peer int, step uint16, b []byte, s reduceSpec) *transport.Recv {
+	return c.tr.PostFold(peer, c.tag(step), b, transport.Fold{Combine: s.combine, Elem: s.dt.Size()})
+}
+
 // wait waits for r within the op's deadline.
 func (c *comm) wait(r *transport.Recv) error { return r.Wait(c.ctx) }
 

@@ -95,5 +95,10 @@ func (h *hybrid) PostRecv(peer int, tag transport.Tag, buf []byte) *transport.Re
 	return h.tcp.PostRecv(peer, tag, buf)
 }
 
+// PostFold posts a folding receive into the shared mailbox.
+func (h *hybrid) PostFold(peer int, tag transport.Tag, buf []byte, f transport.Fold) *transport.Recv {
+	return h.tcp.PostFold(peer, tag, buf, f)
+}
+
 func (h *hybrid) Close() error    { return h.tcp.Close() }
 func (h *hybrid) Abort(err error) { h.tcp.Abort(err) }

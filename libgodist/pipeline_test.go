@@ -34,27 +34,32 @@ func TestSegments(t *testing.T) {
 // With segments of 4000 bytes the 5-element op takes the direct ring
 // (allreduce_ring_direct.go) and the larger ones the pipelined ring; with
 // segments of 4 MiB every op takes the direct ring (chunks of at most
-// ringDirectMax). With no room for scratch the pipelined ring posts its
+// ringDirectMax). Both rings run with folding receives (ringFold) and
+// with scratch; with no room for scratch the pipelined ring posts its
 // reduce-scatter receives two steps ahead, reusing scratch chunks, rather
 // than all at the start.
 func TestRingPipelineTCP(t *testing.T) {
-	defer func(v, s, m int) { allReduceRDMax, ringSegment, ringScratchMax = v, s, m }(allReduceRDMax, ringSegment, ringScratchMax)
+	defer func(v, s, m int, f bool) {
+		allReduceRDMax, ringSegment, ringScratchMax, ringFold = v, s, m, f
+	}(allReduceRDMax, ringSegment, ringScratchMax, ringFold)
 	allReduceRDMax = 16
 	type mode struct {
 		seg, scratch int
-		spare        bool
+		spare, fold  bool
 	}
 	var modes []mode
-	for _, scratch := range []int{64 << 20, 1} {
-		for _, spare := range []bool{false, true} {
-			modes = append(modes, mode{4000, scratch, spare})
+	for _, spare := range []bool{false, true} {
+		modes = append(modes, mode{4000, 64 << 20, spare, true}) // folding receives: no scratch
+		for _, scratch := range []int{64 << 20, 1} {
+			modes = append(modes, mode{4000, scratch, spare, false})
 		}
 	}
-	modes = append(modes, mode{4 << 20, 64 << 20, false}) // the direct ring does not look at spare
+	// The direct ring does not look at spare.
+	modes = append(modes, mode{4 << 20, 64 << 20, false, true}, mode{4 << 20, 64 << 20, false, false})
 	for _, m := range modes {
-		ringSegment, ringScratchMax = m.seg, m.scratch
+		ringSegment, ringScratchMax, ringFold = m.seg, m.scratch, m.fold
 		for _, n := range []int{2, 3, 4, 5} {
-			t.Run(fmt.Sprintf("seg%d/scratch%d/n%d/spare=%v", m.seg, m.scratch, n, m.spare), func(t *testing.T) {
+			t.Run(fmt.Sprintf("seg%d/scratch%d/n%d/spare=%v/fold=%v", m.seg, m.scratch, n, m.spare, m.fold), func(t *testing.T) {
 				pgs := connectGroup(t, n, TransportTCP)
 				for _, pg := range pgs {
 					pg.spare = m.spare // reduce on the caller's goroutine, or on one of the ring's own

@@ -34,7 +34,14 @@ func (p *aheadProbe) Send(ctx context.Context, peer int, tag transport.Tag, data
 }
 
 func (p *aheadProbe) PostRecv(peer int, tag transport.Tag, buf []byte) *transport.Recv {
-	rv := p.Transport.PostRecv(peer, tag, buf)
+	return p.track(peer, tag, p.Transport.PostRecv(peer, tag, buf))
+}
+
+func (p *aheadProbe) PostFold(peer int, tag transport.Tag, buf []byte, f transport.Fold) *transport.Recv {
+	return p.track(peer, tag, p.Transport.PostFold(peer, tag, buf, f))
+}
+
+func (p *aheadProbe) track(peer int, tag transport.Tag, rv *transport.Recv) *transport.Recv {
 	if peer != p.watch || tag>>60 != transport.CollTag(0, 0)>>60 {
 		return rv
 	}

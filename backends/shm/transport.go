@@ -66,6 +66,12 @@ func (t *Transport) PostRecv(peer int, tag transport.Tag, buf []byte) *transport
 	return t.mb.Post(peer, tag, buf)
 }
 
+// PostFold posts a receive that folds the message into buf (see
+// transport.Transport).
+func (t *Transport) PostFold(peer int, tag transport.Tag, buf []byte, f transport.Fold) *transport.Recv {
+	return t.mb.PostFold(peer, tag, buf, f)
+}
+
 // Close closes the arena (peers see transport.ErrPeerGone) and fails the
 // pending receives with transport.ErrClosed. Idempotent.
 func (t *Transport) Close() error {

@@ -303,6 +303,11 @@ func (t *Transport) PostRecv(peer int, tag transport.Tag, buf []byte) *transport
 	return t.mb.Post(peer, tag, buf)
 }
 
+// PostFold posts a receive that folds the message into buf.
+func (t *Transport) PostFold(peer int, tag transport.Tag, buf []byte, f transport.Fold) *transport.Recv {
+	return t.mb.PostFold(peer, tag, buf, f)
+}
+
 // peerEnded is called by p's reader when its connection ends.
 func (t *Transport) peerEnded(p *peer, err error) {
 	switch {

@@ -40,6 +40,13 @@ type Delivery struct {
 	// the post are copied twice.
 	pending *Recv  // guarded by mb.mu
 	adopt   uint32 // atomic: pending is set
+
+	// A receive with a Fold: the payload passes through win and is folded
+	// into r.Buf up to folded (fold.go).
+	fold   *Fold
+	win    []byte
+	folded int
+	ferr   error
 }
 
 // adoptMin is the smallest unmatched message a later receive adopts while
@@ -74,6 +81,8 @@ func (mb *Mailbox) Begin(d *Delivery, src int, tag Tag, n int) {
 	case n != len(r.Buf):
 		d.r = r
 		d.err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: got %d bytes, expected %d", ErrSizeMismatch, n, len(r.Buf))}
+	case r.fold != nil && n > 0:
+		d.beginFold(r)
 	default:
 		d.r, d.buf = r, r.Buf
 	}
@@ -85,6 +94,9 @@ func (mb *Mailbox) Begin(d *Delivery, src int, tag Tag, n int) {
 // the got bytes read so far copied into its buffer, and the rest goes
 // there.
 func (d *Delivery) Window(got int) []byte {
+	if d.fold != nil {
+		return d.foldWindowAt(got)
+	}
 	if atomic.LoadUint32(&d.adopt) != 0 && d.r == nil {
 		d.sync(got)
 	}
@@ -152,6 +164,9 @@ func (d *Delivery) Finish() {
 	if d.r == nil && atomic.LoadUint32(&d.adopt) != 0 {
 		d.sync(d.n)
 	}
+	if d.fold != nil {
+		d.endFold()
+	}
 	if d.r != nil {
 		mb.mu.Lock()
 		hook := mb.complete(d.r, d.src, d.err)
@@ -170,7 +185,7 @@ func (d *Delivery) Finish() {
 	mb.forget(d)
 	m := message{data: d.buf, parts: d.parts, n: d.n}
 	if r := mb.matchPosted(d.src, d.tag); r != nil {
-		err := m.deliver(d.src, r.Buf)
+		err := m.deliver(d.src, r.Buf, r.fold)
 		hook := mb.complete(r, d.src, err)
 		mb.mu.Unlock()
 		runHook(hook, r)
@@ -206,6 +221,9 @@ func (d *Delivery) Fail(cause error) {
 	mb.mu.Unlock()
 	if d.r == nil {
 		d.free()
+	}
+	if d.win != nil {
+		scratch.Put(d.win)
 	}
 	if r != nil {
 		runHook(hook, r)
@@ -249,7 +267,7 @@ func (mb *Mailbox) adopt(r *Recv) bool {
 			}
 		}
 	}
-	if d == nil || d.tag != r.Tag || d.pending != nil || d.n != len(r.Buf) {
+	if d == nil || d.tag != r.Tag || d.pending != nil || d.n != len(r.Buf) || r.fold != nil {
 		return false
 	}
 	// An earlier receive that could match (one of another size, which

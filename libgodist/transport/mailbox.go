@@ -80,18 +80,24 @@ type message struct {
 	arrival uint64
 }
 
-// deliver copies m into buf (a receive from src), or reports the sizes'
-// mismatch, and frees m's storage.
-func (m *message) deliver(src int, buf []byte) error {
-	var err error
+// deliver copies m into buf (a receive from src), or folds it in with f
+// when f is not nil, or reports the sizes' mismatch, and frees m's storage.
+// (The parts are a multiple of any element size Fold allows.)
+func (m *message) deliver(src int, buf []byte, f *Fold) error {
+	var err, ferr error
 	if m.n != len(buf) {
 		err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("%w: got %d bytes, expected %d", ErrSizeMismatch, m.n, len(buf))}
 	} else if m.parts == nil {
-		copy(buf, m.data)
+		fold(f, buf, m.data[:m.n], &ferr)
 	} else {
 		for _, p := range m.parts {
-			buf = buf[copy(buf, p):]
+			l := min(len(p), len(buf))
+			fold(f, buf[:l], p[:l], &ferr)
+			buf = buf[l:]
 		}
+	}
+	if ferr != nil {
+		err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("folding the message: %w", ferr)}
 	}
 	if m.parts == nil {
 		scratch.Put(m.data)
@@ -137,6 +143,7 @@ type Recv struct {
 	src   int
 	err   error
 	hook  func(*Recv)
+	fold  *Fold // fold the message into Buf (fold.go)
 }
 
 // Done is closed when the receive has completed (successfully or not).
@@ -298,8 +305,20 @@ func remove(q []*Recv, r *Recv) []*Recv {
 
 // Post posts a receive (see Transport.PostRecv).
 func (mb *Mailbox) Post(peer int, tag Tag, buf []byte) *Recv {
-	r := &Recv{Peer: peer, Tag: tag, Buf: buf, mb: mb, done: make(chan struct{})}
+	return mb.post(peer, tag, buf, nil)
+}
+
+func (mb *Mailbox) post(peer int, tag Tag, buf []byte, f *Fold) *Recv {
+	r := &Recv{Peer: peer, Tag: tag, Buf: buf, mb: mb, done: make(chan struct{}), fold: f}
 	mb.mu.Lock()
+	if f != nil {
+		if err := f.check(len(buf)); err != nil {
+			hook := mb.complete(r, peer, &PeerError{Op: "recv", Peer: peer, Err: err})
+			mb.mu.Unlock()
+			runHook(hook, r)
+			return r
+		}
+	}
 	if peer != AnySource && (peer < 0 || peer >= mb.size) {
 		hook := mb.complete(r, peer, &PeerError{Op: "recv", Peer: peer,
 			Err: fmt.Errorf("rank %d is out of range for a group of %d", peer, mb.size)})
@@ -308,7 +327,7 @@ func (mb *Mailbox) Post(peer int, tag Tag, buf []byte) *Recv {
 		return r
 	}
 	if src, m, ok := mb.takeUnexpected(peer, tag); ok {
-		err := m.deliver(src, buf)
+		err := m.deliver(src, buf, f)
 		hook := mb.complete(r, src, err)
 		mb.mu.Unlock()
 		runHook(hook, r)

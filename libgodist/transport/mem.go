@@ -85,6 +85,10 @@ func (t *memTransport) PostRecv(peer int, tag Tag, buf []byte) *Recv {
 	return t.net.boxes[t.rank].Post(peer, tag, buf)
 }
 
+func (t *memTransport) PostFold(peer int, tag Tag, buf []byte, f Fold) *Recv {
+	return t.net.boxes[t.rank].PostFold(peer, tag, buf, f)
+}
+
 func (t *memTransport) Close() error {
 	t.net.mu.Lock()
 	if t.net.closed[t.rank] {

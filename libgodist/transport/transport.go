@@ -52,6 +52,9 @@ type Transport interface {
 	// until the Recv completes; the caller must keep buf alive and untouched
 	// until Recv.Wait returns.
 	PostRecv(peer int, tag Tag, buf []byte) *Recv
+	// PostFold is PostRecv for a receive that combines the message into
+	// buf with f instead of overwriting it (see Fold).
+	PostFold(peer int, tag Tag, buf []byte, f Fold) *Recv
 	// Close shuts the transport down gracefully; it is idempotent. Pending
 	// and later operations fail with ErrClosed.
 	Close() error
