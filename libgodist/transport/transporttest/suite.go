@@ -196,16 +196,17 @@ func closeFailsPeers(t *testing.T, newGroup Factory) {
 	require.NoError(t, rv.Wait(c))
 }
 
-// addU32 is a Fold combine: dst += src as little-endian uint32s.
-func addU32(dst, src []byte) error {
+// AddU32 is a Fold combine for tests: dst += src as little-endian
+// uint32s.
+func AddU32(dst, src []byte) error {
 	for i := 0; i+4 <= len(dst); i += 4 {
 		binary.LittleEndian.PutUint32(dst[i:], binary.LittleEndian.Uint32(dst[i:])+binary.LittleEndian.Uint32(src[i:]))
 	}
 	return nil
 }
 
-// u32s returns n bytes of little-endian uint32s seed, seed+1, ...
-func u32s(n int, seed uint32) []byte {
+// U32s returns n bytes of little-endian uint32s seed, seed+7, seed+14, ...
+func U32s(n int, seed uint32) []byte {
 	b := make([]byte, n)
 	for i := 0; i+4 <= n; i += 4 {
 		binary.LittleEndian.PutUint32(b[i:], seed+uint32(i/4)*7)
@@ -221,13 +222,13 @@ func u32s(n int, seed uint32) []byte {
 func foldRecv(t *testing.T, newGroup Factory) {
 	trs := newGroup(t, 2)
 	c := ctx(t)
-	f := transport.Fold{Combine: addU32, Elem: 4}
+	f := transport.Fold{Combine: AddU32, Elem: 4}
 	for i, n := range []int{0, 4, 4096, 1 << 20, 5<<20 + 12} {
 		for _, late := range []bool{false, true} {
 			tag := transport.CollTag(uint64(i), map[bool]uint16{false: 0, true: 1}[late])
-			data, buf := u32s(n, 1000), u32s(n, 5)
+			data, buf := U32s(n, 1000), U32s(n, 5)
 			want := append([]byte(nil), buf...)
-			require.NoError(t, addU32(want, data))
+			require.NoError(t, AddU32(want, data))
 			var r *transport.Recv
 			if !late {
 				r = trs[1].PostFold(0, tag, buf, f)
@@ -241,24 +242,24 @@ func foldRecv(t *testing.T, newGroup Factory) {
 			require.True(t, bytes.Equal(want, buf), "size %d late %v", n, late)
 		}
 	}
-	buf := u32s(64, 5)
+	buf := U32s(64, 5)
 	keep := append([]byte(nil), buf...)
 	r := trs[1].PostFold(0, transport.P2PTag(7), buf, f)
-	require.NoError(t, trs[0].Send(c, 1, transport.P2PTag(7), u32s(32, 1)))
+	require.NoError(t, trs[0].Send(c, 1, transport.P2PTag(7), U32s(32, 1)))
 	require.ErrorIs(t, r.Wait(c), transport.ErrSizeMismatch)
 	require.Equal(t, keep, buf)
 
 	bad := errors.New("no such op")
 	r = trs[1].PostFold(0, transport.P2PTag(8), buf, transport.Fold{Combine: func(_, _ []byte) error { return bad }, Elem: 4})
-	require.NoError(t, trs[0].Send(c, 1, transport.P2PTag(8), u32s(64, 1)))
+	require.NoError(t, trs[0].Send(c, 1, transport.P2PTag(8), U32s(64, 1)))
 	require.ErrorIs(t, r.Wait(c), bad)
-	data := u32s(8, 9) // the stream goes on
+	data := U32s(8, 9) // the stream goes on
 	got := make([]byte, 8)
 	require.NoError(t, trs[0].Send(c, 1, transport.P2PTag(9), data))
 	require.NoError(t, trs[1].PostRecv(0, transport.P2PTag(9), got).Wait(c))
 	require.Equal(t, data, got)
 
-	for _, f := range []transport.Fold{{Elem: 4}, {Combine: addU32, Elem: 3}, {Combine: addU32, Elem: 128}, {Combine: addU32, Elem: 8}} {
+	for _, f := range []transport.Fold{{Elem: 4}, {Combine: AddU32, Elem: 3}, {Combine: AddU32, Elem: 128}, {Combine: AddU32, Elem: 8}} {
 		err := trs[1].PostFold(0, transport.P2PTag(10), make([]byte, 12), f).Wait(c)
 		require.ErrorIs(t, err, transport.ErrFold, "%+v", f.Elem)
 	}
