@@ -51,9 +51,9 @@ func (ch chunks) max() int { return (ch.count + ch.n - 1) / ch.n * ch.es }
 // reduced), two benchmark runs over TCP on the Intel guest (2 cores,
 // alternating) gave 64 MiB at 4 ranks x1.10-x1.14 of gloo's speed against
 // x0.94-x1.03, at 8 ranks x1.04-x1.09 against x0.98-x0.99, and the DDP
-// step at 2 ranks x1.17-x1.18 against x0.97-x1.03, at 5-15% less CPU. The
-// allgather's receives go straight into the
-// buffer. Posting the allgather's that early is safe: the finished chunk
+// step at 2 ranks x1.17-x1.18 against x0.97-x1.03, at 5-15% less CPU.
+// The allgather's receives go straight into the buffer. Posting the
+// allgather's that early is safe: the finished chunk
 // r-k that arrives in its step k was reduced downstream of this rank's own
 // contribution to it, so this rank's sends of that chunk were already
 // received. A left neighbour that runs steps ahead (ranks that share
@@ -91,8 +91,8 @@ func ringAllReduceSteps(c *comm, ch chunks, s reduceSpec, seg int, sq *sendQueue
 	n, r := c.size, c.rank
 	left := (r - 1 + n) % n
 	steps := 2 * (n - 1)
-	// With ringFold every receive folds into its chunk as it lands; else
-	// the reduce-scatter's land in scratch chunks, win steps of them.
+	// With ringFold the reduce-scatter's receives fold into their chunks
+	// as they land; else they land in scratch chunks, win steps of them.
 	fold := ringFold
 	win := n - 1
 	var tmp [][]byte

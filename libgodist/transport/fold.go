@@ -98,6 +98,11 @@ func (d *Delivery) endFold() {
 	scratch.Put(d.win)
 	d.win = nil
 	if d.ferr != nil && d.err == nil {
-		d.err = &PeerError{Op: "recv", Peer: d.src, Err: fmt.Errorf("folding the message: %w", d.ferr)}
+		d.err = foldErr(d.src, d.ferr)
 	}
+}
+
+// foldErr is the error of a receive from src whose combine failed.
+func foldErr(src int, err error) error {
+	return &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("folding the message: %w", err)}
 }

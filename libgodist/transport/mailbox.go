@@ -97,7 +97,7 @@ func (m *message) deliver(src int, buf []byte, f *Fold) error {
 		}
 	}
 	if ferr != nil {
-		err = &PeerError{Op: "recv", Peer: src, Err: fmt.Errorf("folding the message: %w", ferr)}
+		err = foldErr(src, ferr)
 	}
 	if m.parts == nil {
 		scratch.Put(m.data)
