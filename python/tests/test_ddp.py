@@ -52,3 +52,14 @@ def test_ddp_matches_gloo(n):
         assert r["godist_identical"] and r["gloo_identical"], r
         assert r["moved"] > 1e-3, r  # training actually changed the weights
         assert r["max_diff"] < 1e-4, r
+
+
+def test_ddp_with_comm_memory_requested():
+    """DDP_DISABLE_COMM_MEM=0 makes DDP's reducer ask the group's default
+    backend to allocate the gradient buckets (Backend::allocateTensor, for
+    NCCL's registered memory). A godist group has no such backend: DDP must
+    fall back to ordinary buckets and train as on gloo."""
+    for r in run_world(ddp_worker, 2, {}, timeout=300, env={"DDP_DISABLE_COMM_MEM": "0"}):
+        assert r["godist_identical"] and r["gloo_identical"], r
+        assert r["moved"] > 1e-3, r
+        assert r["max_diff"] < 1e-4, r
