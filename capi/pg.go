@@ -19,6 +19,7 @@ import (
 	"errors"
 	"unsafe"
 
+	"github.com/godist/godist/assemble"
 	"github.com/godist/godist/libgodist"
 )
 
@@ -41,8 +42,12 @@ func godist_pg_create(rank, size C.int32_t, group *C.char, timeoutMs C.int64_t, 
 	if out == nil {
 		return finish(errors.New("godist_pg_create: NULL out"), errbuf, errlen)
 	}
+	set, err := assemble.Backends(assemble.Options{BindHost: goString(bindHost), Transport: goString(transport)})
+	if err != nil {
+		return finish(errors.Join(libgodist.ErrInvalid, err), errbuf, errlen)
+	}
 	pg, err := libgodist.New(libgodist.Config{Rank: int(rank), Size: int(size), Group: goString(group),
-		Timeout: millis(timeoutMs), BindHost: goString(bindHost), Transport: goString(transport)})
+		Timeout: millis(timeoutMs)}, set)
 	if err != nil {
 		return finish(err, errbuf, errlen)
 	}
@@ -150,7 +155,7 @@ func godist_pg_info(h C.uint64_t, sharedMemory *C.int32_t, errbuf *C.char, errle
 	}
 	if sharedMemory != nil {
 		*sharedMemory = 0
-		if pg.SharedMemory() {
+		if pg.Offload() == "shm" {
 			*sharedMemory = 1
 		}
 	}

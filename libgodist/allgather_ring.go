@@ -2,7 +2,7 @@ package libgodist
 
 import "github.com/godist/godist/libgodist/transport"
 
-// allGather places every rank's in into outs[rank] on every rank, passing
+// allGatherRing places every rank's in into outs[rank] on every rank, passing
 // blocks around a ring: in step k rank r forwards block r-k to its right
 // neighbour and receives block r-k-1 from its left one.
 //
@@ -12,10 +12,7 @@ import "github.com/godist/godist/libgodist/transport"
 // buffer that a later receive would copy out of.
 //
 // Steps: P-1; bytes sent per rank: (P-1) blocks.
-func allGather(c *comm, in []byte, outs [][]byte) error {
-	if c.arena != nil {
-		return c.arena.AllGather(c.ctx, in, outs)
-	}
+func allGatherRing(c *comm, in []byte, outs [][]byte) error {
 	n, r := c.size, c.rank
 	copy(outs[r], in)
 	right, left := (r+1)%n, (r-1+n)%n

@@ -19,10 +19,17 @@ var worldSizes = []int{1, 2, 3, 4, 5, 7, 8}
 // group builds n connected in-memory process groups.
 func group(t testing.TB, n int, timeout time.Duration) ([]*ProcessGroup, *transport.MemNetwork) {
 	t.Helper()
+	return groupTuned(t, n, timeout, nil)
+}
+
+// groupTuned builds n connected in-memory process groups with tune (nil
+// for DefaultTuning).
+func groupTuned(t testing.TB, n int, timeout time.Duration, tune *Tuning) ([]*ProcessGroup, *transport.MemNetwork) {
+	t.Helper()
 	net := transport.NewMemNetwork(n)
 	pgs := make([]*ProcessGroup, n)
 	for r := range pgs {
-		pg, err := NewWithTransport(Config{Rank: r, Size: n, Group: "test", Timeout: timeout}, net.Transport(r))
+		pg, err := NewWithTransport(Config{Rank: r, Size: n, Group: "test", Timeout: timeout, Tuning: tune}, net.Transport(r))
 		require.NoError(t, err)
 		pgs[r] = pg
 	}
@@ -89,23 +96,22 @@ func input(r, count int) []int64 {
 }
 
 func TestAllReduceSumAndMax(t *testing.T) {
-	defer func(v, s int, f bool) { allReduceRDMax, ringSegment, ringFold = v, s, f }(allReduceRDMax, ringSegment, ringFold)
 	// Recursive doubling, the ring with one segment per chunk, and the ring
 	// with chunks cut into many segments (some a partial element long,
-	// rounded up to one element).
-	// spare: the ring reduces on a goroutine of its own (ring_reducer.go).
-	// noFold: the rings receive into scratch and reduce after (ringFold).
+	// rounded up to one element). spare: the host's ranks fit its cores,
+	// which moves the choice between the direct and the pipelined ring.
 	for _, mode := range []struct {
-		rdMax, seg    int
-		spare, noFold bool
-	}{{1 << 20, 512 << 10, false, false}, {16, 512 << 10, false, false}, {16, 24, false, false}, {16, 3, false, false},
-		{16, 24, true, false}, {16, 3, true, false}, {16, 512 << 10, false, true}, {16, 3, false, true}, {16, 3, true, true}} {
-		allReduceRDMax, ringSegment, ringFold = mode.rdMax, mode.seg, !mode.noFold
-		for _, n := range worldSizes {
+		rdMax, seg int
+		spare      bool
+	}{{1 << 20, 512 << 10, false}, {16, 512 << 10, false}, {16, 24, false}, {16, 3, false},
+		{16, 512 << 10, true}, {16, 24, true}, {16, 3, true}} {
+		tune := DefaultTuning()
+		tune.AllReduceRDMax, tune.RingSegment = mode.rdMax, mode.seg
+		for _, n := range append(worldSizes, 13) {
 			for _, count := range []int{0, 1, 7, 1000} {
 				for _, op := range []reduce.Op{reduce.Sum, reduce.Max, reduce.Avg} {
-					t.Run(fmt.Sprintf("rd%d/seg%d/spare=%v/fold=%v/n%d/c%d/%v", mode.rdMax, mode.seg, mode.spare, !mode.noFold, n, count, op), func(t *testing.T) {
-						pgs, _ := group(t, n, 5*time.Second)
+					t.Run(fmt.Sprintf("rd%d/seg%d/spare=%v/n%d/c%d/%v", mode.rdMax, mode.seg, mode.spare, n, count, op), func(t *testing.T) {
+						pgs, _ := groupTuned(t, n, 5*time.Second, &tune)
 						for _, pg := range pgs {
 							pg.spare = mode.spare
 						}

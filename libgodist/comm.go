@@ -3,7 +3,7 @@ package libgodist
 import (
 	"context"
 
-	"github.com/godist/godist/backends/shm"
+	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -11,13 +11,14 @@ import (
 // rank and size, and sends and receives tagged with the op's sequence
 // number and bounded by the op's deadline.
 type comm struct {
-	tr    transport.Transport
-	arena *shm.Arena // non-nil when every rank shares this host's memory
-	ctx   context.Context
-	seq   uint64
-	rank  int
-	size  int
-	spare bool // this host's ranks fit its cores: an algorithm may keep a second thread busy
+	tr      transport.Transport
+	offload backend.Offload // carries whole collectives when set
+	tune    *Tuning         // the group's sizes for choosing algorithms
+	ctx     context.Context
+	seq     uint64
+	rank    int
+	size    int
+	spare   bool // this host's ranks fit its cores: an algorithm may keep a second thread busy
 	// every host's ranks fit its cores: the same on every rank, so an
 	// algorithm may choose by it what it sends (unlike spare)
 	allSpare bool

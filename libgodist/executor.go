@@ -209,7 +209,7 @@ func (pg *ProcessGroup) runTask(t *task) {
 		return
 	}
 	ctx := newOpContext(pg.ctx, t.timeout)
-	c := &comm{tr: pg.tr, arena: pg.arena, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare, allSpare: pg.allSpare}
+	c := &comm{tr: pg.tr, offload: pg.offload, tune: &pg.tune, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare, allSpare: pg.allSpare}
 	err := safeRun(t.run, c)
 	ctx.cancel()
 	if err != nil {

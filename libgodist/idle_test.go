@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/assemble"
 )
 
 // goroutineStates maps each goroutine's stack dump to the state in its
@@ -42,9 +44,9 @@ func goroutineStates() map[string]string {
 // and the runtime's monitor takes back a P held 10 ms in one call, then
 // polls every 20 µs again: idle groups kept it (and the CPU) busy.
 func TestIdleGroupWaitsParked(t *testing.T) {
-	for _, tr := range []string{TransportAuto, TransportTCP} {
+	for _, tr := range []string{assemble.TransportAuto, assemble.TransportTCP} {
 		t.Run(fmt.Sprintf("transport=%q", tr), func(t *testing.T) {
-			pgs := connectGroup(t, 3, tr)
+			pgs := connectGroup(t, 3, tr, nil)
 			errs := onAll(t, pgs, func(_ int, pg *ProcessGroup) (*Work, error) { return pg.Barrier(Opts{}) })
 			requireAllOK(t, errs)
 			// Past the readers' rest after the last waiter (1-8 ms).
@@ -69,7 +71,7 @@ func TestIdleGroupWaitsParked(t *testing.T) {
 				}
 			}
 			require.Equal(t, 3, found["libgodist.(*ProcessGroup).controlLoop"])
-			if tr == TransportTCP {
+			if tr == assemble.TransportTCP {
 				require.Equal(t, 6, found["tcp.(*peer).readLoop"])
 			} else {
 				require.Equal(t, 3, found["shm.(*Arena).recvLoop"])

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/godist/godist/assemble"
 	"github.com/godist/godist/libgodist/reduce"
 )
 
@@ -30,7 +31,7 @@ func BenchmarkInlineAllReduce(b *testing.B) {
 // BenchmarkInlineAllReduceShm measures a synchronous 8-byte all-reduce
 // through the whole engine on two ranks (goroutines) sharing an arena.
 func BenchmarkInlineAllReduceShm(b *testing.B) {
-	pgs := connectGroup(b, 2, "")
+	pgs := connectGroup(b, 2, "", nil)
 	a := ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}
 	b.ReportAllocs()
 	done := make(chan error, 1)
@@ -53,7 +54,7 @@ func BenchmarkTCPAllReduce(b *testing.B) {
 	for _, n := range []int{2, 4, 8} {
 		for _, size := range []int{2 << 20, 64 << 20} {
 			b.Run(fmt.Sprintf("P%d/%dMiB", n, size>>20), func(b *testing.B) {
-				pgs := connectGroup(b, n, TransportTCP)
+				pgs := connectGroup(b, n, assemble.TransportTCP, nil)
 				a := ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}
 				bufs := make([][]byte, n)
 				for r := range bufs {

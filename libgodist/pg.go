@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/godist/godist/backends/shm"
+	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -17,8 +17,9 @@ type Config struct {
 	Rank, Size int
 	Group      string        // the group's name (c10d group name)
 	Timeout    time.Duration // default deadline of each operation
-	BindHost   string        // TCP listen host; "" for all interfaces
-	Transport  string        // TransportAuto or TransportTCP (see topo.go)
+	// Tuning sets the sizes at which algorithms switch; nil takes
+	// DefaultTuning. Every rank of a group must pass the same values.
+	Tuning *Tuning
 }
 
 func (c Config) validate() error {
@@ -39,11 +40,12 @@ func (c Config) validate() error {
 // issues the same collectives in the same order), see executor.go;
 // point-to-point operations bypass the queue.
 type ProcessGroup struct {
-	cfg   Config
-	tr    transport.Transport
-	arena *shm.Arena  // shared memory of co-located ranks, or nil
-	rdv   *rendezvous // nil once connected or for in-memory groups
-	spare bool        // this host's ranks of the group fit its cores (set at rendezvous)
+	cfg     Config
+	tune    Tuning
+	tr      transport.Transport
+	offload backend.Offload // carries the collectives when set (shared memory of co-located ranks)
+	rdv     *rendezvous     // nil once connected or for in-memory groups
+	spare   bool            // this host's ranks of the group fit its cores (set at rendezvous)
 	// every host's ranks of the group fit its cores (set at rendezvous; the same on every rank)
 	allSpare bool
 
@@ -87,7 +89,10 @@ func NewWithTransport(cfg Config, tr transport.Transport) (*ProcessGroup, error)
 
 func newPG(cfg Config) *ProcessGroup {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	pg := &ProcessGroup{cfg: cfg, ctx: ctx, cancel: cancel, ctlDone: make(chan struct{})}
+	pg := &ProcessGroup{cfg: cfg, tune: DefaultTuning(), ctx: ctx, cancel: cancel, ctlDone: make(chan struct{})}
+	if cfg.Tuning != nil {
+		pg.tune = *cfg.Tuning
+	}
 	pg.exec.init(pg)
 	return pg
 }
@@ -105,11 +110,15 @@ func (pg *ProcessGroup) Name() string { return pg.cfg.Group }
 // Seq is the sequence number of the last collective issued.
 func (pg *ProcessGroup) Seq() uint64 { return pg.seq.Load() }
 
-// SharedMemory reports whether the group's collectives use shared memory.
-func (pg *ProcessGroup) SharedMemory() bool {
+// Offload names the offload that carries the group's collectives ("shm"),
+// or returns "" when the engine's own algorithms run them.
+func (pg *ProcessGroup) Offload() string {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	return pg.arena != nil
+	if pg.offload == nil {
+		return ""
+	}
+	return pg.offload.Name()
 }
 
 // Err returns the error that broke the group, if any.
@@ -202,13 +211,13 @@ func (pg *ProcessGroup) shutdown(abortErr error) {
 	pg.closeOnce.Do(func() {
 		pg.mu.Lock()
 		pg.closed = true
-		tr, rdv, arena := pg.tr, pg.rdv, pg.arena
+		tr, rdv, off := pg.tr, pg.rdv, pg.offload
 		pg.mu.Unlock()
 		if abortErr != nil && tr != nil {
 			tr.Abort(abortErr)
 		}
-		if abortErr != nil && arena != nil {
-			arena.Abort(abortErr)
+		if abortErr != nil && off != nil {
+			off.Abort(abortErr)
 		}
 		if abortErr == nil && tr != nil {
 			pg.farewell()
@@ -221,8 +230,8 @@ func (pg *ProcessGroup) shutdown(abortErr error) {
 			pg.exec.waitIdle()
 			<-pg.ctlDone
 			if abortErr == nil {
-				if arena != nil {
-					_ = arena.Close()
+				if off != nil {
+					_ = off.Close()
 				}
 				_ = tr.Close()
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/assemble"
 	"github.com/godist/godist/libgodist/reduce"
 )
 
@@ -18,11 +19,6 @@ func TestSegments(t *testing.T) {
 	s := segments(b, 8)
 	require.Len(t, s, 3)
 	require.Equal(t, []int{8, 8, 4}, []int{len(s[0]), len(s[1]), len(s[2])})
-	defer func(v int) { ringSegment = v }(ringSegment)
-	ringSegment = 10
-	require.Equal(t, 8, segmentSize(4))
-	require.Equal(t, 8, segmentSize(8))
-	require.Equal(t, 16, segmentSize(16)) // never less than one element
 }
 
 // TestRingPipelineTCP runs the pipelined ring all-reduce over sockets with
@@ -34,35 +30,20 @@ func TestSegments(t *testing.T) {
 // With segments of 4000 bytes the 5-element op takes the direct ring
 // (allreduce_ring_direct.go) and the larger ones the pipelined ring; with
 // segments of 4 MiB every op takes the direct ring (chunks of at most
-// ringDirectMax). Both rings run with folding receives (ringFold) and
-// with scratch; with no room for scratch the pipelined ring posts its
-// reduce-scatter receives two steps ahead, reusing scratch chunks, rather
-// than all at the start.
+// RingDirectMax).
 func TestRingPipelineTCP(t *testing.T) {
-	defer func(v, s, m int, f bool) {
-		allReduceRDMax, ringSegment, ringScratchMax, ringFold = v, s, m, f
-	}(allReduceRDMax, ringSegment, ringScratchMax, ringFold)
-	allReduceRDMax = 16
 	type mode struct {
-		seg, scratch int
-		spare, fold  bool
+		seg   int
+		spare bool
 	}
-	var modes []mode
-	for _, spare := range []bool{false, true} {
-		modes = append(modes, mode{4000, 64 << 20, spare, true}) // folding receives: no scratch
-		for _, scratch := range []int{64 << 20, 1} {
-			modes = append(modes, mode{4000, scratch, spare, false})
-		}
-	}
-	// The direct ring does not look at spare.
-	modes = append(modes, mode{4 << 20, 64 << 20, false, true}, mode{4 << 20, 64 << 20, false, false})
-	for _, m := range modes {
-		ringSegment, ringScratchMax, ringFold = m.seg, m.scratch, m.fold
+	for _, m := range []mode{{4000, false}, {4000, true}, {4 << 20, false}} {
+		tune := DefaultTuning()
+		tune.AllReduceRDMax, tune.RingSegment = 16, m.seg
 		for _, n := range []int{2, 3, 4, 5} {
-			t.Run(fmt.Sprintf("seg%d/scratch%d/n%d/spare=%v/fold=%v", m.seg, m.scratch, n, m.spare, m.fold), func(t *testing.T) {
-				pgs := connectGroup(t, n, TransportTCP)
+			t.Run(fmt.Sprintf("seg%d/n%d/spare=%v", m.seg, n, m.spare), func(t *testing.T) {
+				pgs := connectGroup(t, n, assemble.TransportTCP, &tune)
 				for _, pg := range pgs {
-					pg.spare = m.spare // reduce on the caller's goroutine, or on one of the ring's own
+					pg.spare = m.spare
 				}
 				for _, count := range []int{5, 10_007, 100_003} {
 					bufs := make([][]byte, n)
@@ -91,10 +72,7 @@ func TestRingPipelineTCP(t *testing.T) {
 }
 
 func TestRingDirectChoice(t *testing.T) {
-	defer func(s, d, p int) {
-		ringSegment, ringDirectMax, ringDirectPairMax = s, d, p
-	}(ringSegment, ringDirectMax, ringDirectPairMax)
-	ringSegment, ringDirectMax, ringDirectPairMax = 4<<20, 1<<20, 4<<20
+	tune := Tuning{RingSegment: 4 << 20, RingDirectMax: 1 << 20, RingDirectPairMax: 4 << 20}
 	for _, c := range []struct {
 		count, es, n int
 		spare, want  bool
@@ -120,12 +98,12 @@ func TestRingDirectChoice(t *testing.T) {
 		{32 << 20 / 4, 4, 4, false, false, "32 MiB on 4 ranks: 8 MiB chunks"},
 		{16<<20/4 + 1, 4, 4, false, false, "a chunk one element over"},
 	} {
-		require.Equal(t, c.want, ringDirect(c.count, c.es, c.n, c.spare), c.what)
+		require.Equal(t, c.want, tune.ringDirect(c.count, c.es, c.n, c.spare), c.what)
 	}
-	ringSegment = 4000
-	require.False(t, ringDirect(2<<20/4, 4, 8, true), "chunks over a segment go through the pipeline")
-	require.False(t, ringDirect(8008/4, 4, 2, true), "on 2 ranks too: 4004-byte chunks")
-	require.False(t, ringDirect(8008/4, 4, 2, false), "and with more ranks than cores")
+	tune.RingSegment = 4000
+	require.False(t, tune.ringDirect(2<<20/4, 4, 8, true), "chunks over a segment go through the pipeline")
+	require.False(t, tune.ringDirect(8008/4, 4, 2, true), "on 2 ranks too: 4004-byte chunks")
+	require.False(t, tune.ringDirect(8008/4, 4, 2, false), "and with more ranks than cores")
 }
 
 // TestBroadcastPipelined runs the broadcast tree with concurrent children
@@ -135,25 +113,22 @@ func TestRingDirectChoice(t *testing.T) {
 // many) and whole (seg 0). Two broadcasts run back to back so the second's
 // data can arrive while the first's is still being forwarded.
 func TestBroadcastPipelined(t *testing.T) {
-	defer func(m, s, ss int) {
-		broadcastTreeMin, broadcastSegment, broadcastSpareSegment = m, s, ss
-	}(broadcastTreeMin, broadcastSegment, broadcastSpareSegment)
-	broadcastTreeMin, broadcastSegment = 1000, 0
-	for _, kind := range []string{"mem", TransportTCP} {
+	for _, kind := range []string{"mem", assemble.TransportTCP} {
 		for _, n := range []int{3, 4, 5, 8} {
-			if kind == TransportTCP && n == 8 {
+			if kind == assemble.TransportTCP && n == 8 {
 				continue
 			}
 			for _, seg := range []int{1000, 0} {
-				// Segments come from broadcastSpareSegment, used when every
+				// Segments come from BroadcastSpareSegment, used when every
 				// rank has a core (comm.allSpare); whole otherwise.
-				broadcastSpareSegment = seg
+				tune := DefaultTuning()
+				tune.BroadcastTreeMin, tune.BroadcastSegment, tune.BroadcastSpareSegment = 1000, 0, seg
 				t.Run(fmt.Sprintf("%s/n%d/seg%d", kind, n, seg), func(t *testing.T) {
 					var pgs []*ProcessGroup
 					if kind == "mem" {
-						pgs, _ = group(t, n, 10*time.Second)
+						pgs, _ = groupTuned(t, n, 10*time.Second, &tune)
 					} else {
-						pgs = connectGroup(t, n, TransportTCP)
+						pgs = connectGroup(t, n, assemble.TransportTCP, &tune)
 					}
 					for _, pg := range pgs {
 						pg.allSpare = seg != 0
@@ -197,9 +172,9 @@ func TestBroadcastPipelined(t *testing.T) {
 // time out naming it; rank 1, fed by the root directly, completes (its
 // sender does not wait for rank 2's).
 func TestBroadcastPipelinedMissingRank(t *testing.T) {
-	defer func(m, s int) { broadcastTreeMin, broadcastSegment = m, s }(broadcastTreeMin, broadcastSegment)
-	broadcastTreeMin, broadcastSegment = 1000, 1000
-	pgs, _ := group(t, 4, 300*time.Millisecond)
+	tune := DefaultTuning()
+	tune.BroadcastTreeMin, tune.BroadcastSegment = 1000, 1000
+	pgs, _ := groupTuned(t, 4, 300*time.Millisecond, &tune)
 	want := input(0, 700)
 	bufs := make([][]byte, 4)
 	for r := range bufs {

@@ -72,11 +72,8 @@ func (p *aheadProbe) mostPending() int {
 // sends into place instead of into an unexpected-message buffer (a copy
 // more, and memory for it). Rank 0 sends to rank 1 slowly: a ring that
 // posted step k+1 only after step k completed never has two receives
-// outstanding. The pipelined ring posts every step's receive at the start
-// (its scratch is small here).
+// outstanding. The pipelined ring posts every step's receive at the start.
 func TestRingsPostReceivesAhead(t *testing.T) {
-	defer func(v, s int) { allReduceRDMax, ringSegment = v, s }(allReduceRDMax, ringSegment)
-	allReduceRDMax = 16
 	const n, count = 3, 3000
 	in := func(r int) []byte {
 		b := make([]byte, 4*count)
@@ -124,9 +121,10 @@ func TestRingsPostReceivesAhead(t *testing.T) {
 		}, append(append(in(0), in(1)...), in(2)...), false, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ringSegment = 4 << 20
+			tune := DefaultTuning()
+			tune.AllReduceRDMax = 16
 			if tc.pipelined {
-				ringSegment = 1000 // 4000-byte chunks: four segments a step
+				tune.RingSegment = 1000 // 4000-byte chunks: four segments a step
 			}
 			net := transport.NewMemNetwork(n)
 			probes := make([]*aheadProbe, n)
@@ -139,7 +137,7 @@ func TestRingsPostReceivesAhead(t *testing.T) {
 				if r == 1 {
 					probes[r].watch = 0
 				}
-				pg, err := NewWithTransport(Config{Rank: r, Size: n, Group: "test", Timeout: 10 * time.Second}, probes[r])
+				pg, err := NewWithTransport(Config{Rank: r, Size: n, Group: "test", Timeout: 10 * time.Second, Tuning: &tune}, probes[r])
 				require.NoError(t, err)
 				pgs[r] = pg
 			}

@@ -5,13 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"net"
 	"os"
 	"runtime"
 	"strings"
 	"time"
 
-	"github.com/godist/godist/backends/tcp"
+	"github.com/godist/godist/libgodist/backend"
+	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/wire"
 )
@@ -19,29 +19,36 @@ import (
 // Rendezvous happens in two calls so that the store traffic can stay with
 // the caller (the Python side owns the c10d store torch hands the backend):
 //
-//  1. New opens the listener and LocalRecord returns this rank's
-//     PeerRecord (a FlatBuffers record, libgodist/wire) to publish;
-//  2. Connect takes every rank's record, chooses addresses (loopback for
-//     ranks on the same host) and builds the connections.
+//  1. New asks the group's backends to describe this rank (the fabric
+//     starts listening) and LocalRecord returns the record (a FlatBuffers
+//     record, libgodist/wire) to publish;
+//  2. Connect takes every rank's record, has the fabric connect the ranks,
+//     and lets each offloader decide with the other ranks whether it
+//     serves the group.
 type rendezvous struct {
-	ln      *tcp.Listener
-	session uint64
-	record  wire.PeerRecord
+	set    backend.Set
+	record wire.PeerRecord
 }
 
 func (r *rendezvous) close() {
-	_ = r.ln.Close()
-	removeProbe(r.record.ShmProbe)
+	_ = r.set.Fabric.Close()
+	for _, o := range r.set.Offloaders {
+		o.Close()
+	}
 }
 
-// New creates a group and starts listening for its peers. A group of size 1
-// needs no rendezvous and is ready at once.
-func New(cfg Config) (*ProcessGroup, error) {
+// New creates a group that will connect through the backends of set, and
+// has them describe this rank. A group of size 1 needs no backend and is
+// ready at once.
+func New(cfg Config, set backend.Set) (*ProcessGroup, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Size == 1 {
 		return NewWithTransport(cfg, transport.NewMemNetwork(1).Transport(0))
+	}
+	if set.Fabric == nil {
+		return nil, invalidf("group %q has no fabric to connect its ranks", cfg.Group)
 	}
 	var session uint64
 	if cfg.Rank == 0 {
@@ -54,20 +61,18 @@ func New(cfg Config) (*ProcessGroup, error) {
 	host, _ := os.Hostname()
 	rec := wire.PeerRecord{Version: wire.Version, Session: session, Group: cfg.Group, Rank: int32(cfg.Rank),
 		WorldSize: int32(cfg.Size), Hostname: host, BootID: bootID(), PID: int32(os.Getpid()),
-		Addresses: localAddrs(cfg.BindHost), Transports: []string{"tcp"}, CPUs: int32(runtime.NumCPU())}
-	if cfg.Transport != TransportTCP {
-		rec.ShmProbe = makeProbe()
-		if rec.ShmProbe != "" {
-			rec.Transports = append(rec.Transports, "shm")
-		}
-	}
-	pg := newPG(cfg)
-	ln, err := tcp.Listen(tcp.Config{Rank: cfg.Rank, Size: cfg.Size, Group: cfg.Group, BindHost: cfg.BindHost})
-	if err != nil {
+		CPUs: int32(runtime.NumCPU())}
+	rdv := &rendezvous{set: set}
+	if err := set.Fabric.Describe(&rec); err != nil {
+		rdv.close()
 		return nil, err
 	}
-	rec.Port = uint16(ln.Port())
-	pg.rdv = &rendezvous{ln: ln, session: session, record: rec}
+	for _, o := range set.Offloaders {
+		o.Describe(&rec)
+	}
+	rdv.record = rec
+	pg := newPG(cfg)
+	pg.rdv = rdv
 	return pg, nil
 }
 
@@ -94,34 +99,14 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 	if rdv == nil {
 		return invalidf("group %q is already connected", pg.cfg.Group)
 	}
-	n := pg.cfg.Size
-	if len(records) != n {
-		return invalidf("%d rendezvous records for a group of %d", len(records), n)
+	recs, err := pg.parseRecords(records)
+	if err != nil {
+		return err
 	}
-	recs := make([]wire.PeerRecord, n)
-	for i, b := range records {
-		r, err := wire.UnmarshalPeerRecord(b)
-		if err != nil {
-			return fmt.Errorf("godist: group %q: record of rank %d: %w", pg.cfg.Group, i, err)
-		}
-		if int(r.Rank) != i || int(r.WorldSize) != n || r.Group != pg.cfg.Group {
-			return invalidf("record %d describes rank %d of %d in group %q (stale rendezvous data?)", i, r.Rank, r.WorldSize, r.Group)
-		}
-		recs[i] = r
-	}
-	session := recs[0].Session
-	if session == 0 {
-		return invalidf("rank 0's record carries no session token")
-	}
-	me := recs[pg.cfg.Rank]
-	eps := make([]tcp.Endpoint, n)
-	for i, r := range recs {
-		eps[i] = tcp.Endpoint{Addrs: dialAddrs(me, r), Port: int(r.Port)}
-	}
+	s := &backend.Setup{Rank: pg.cfg.Rank, Size: pg.cfg.Size, Group: pg.cfg.Group, Session: recs[0].Session, Records: recs}
 	ctx, cancel := context.WithTimeout(pg.ctx, timeout)
 	defer cancel()
-	rdv.ln = rebind(rdv.ln, session)
-	tr, err := rdv.ln.Connect(ctx, eps)
+	tr, err := rdv.set.Fabric.Connect(ctx, s)
 	if err != nil {
 		return fmt.Errorf("godist: group %q: connecting rank %d: %w", pg.cfg.Group, pg.cfg.Rank, err)
 	}
@@ -130,60 +115,78 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 	if pg.closed {
 		pg.mu.Unlock()
 		tr.Abort(ErrClosed)
-		removeProbe(me.ShmProbe)
+		rdv.close()
 		return fmt.Errorf("godist: group %q: %w", pg.cfg.Group, ErrClosed)
 	}
 	pg.tr = tr
 	pg.mu.Unlock()
-	if sameHost(me, recs) <= runtime.NumCPU() {
-		// Every rank here can have a core: waiters read their sockets,
-		// and the ring reduces on a goroutine of its own.
-		tr.SetSpin(tcpSpin)
-		pg.spare = true
+	defer rdv.close()
+	pg.spare = s.HostFits()
+	pg.allSpare = s.EveryHostFits()
+	round := uint64(0)
+	s.Agree = func(ctx context.Context, ok bool) (bool, error) {
+		round++
+		return pg.agree(ctx, tr, round-1, ok)
 	}
-	pg.allSpare = everyHostSpare(recs)
-	arena, err := pg.setupShm(ctx, me, recs, session)
-	if err != nil {
-		tr.Abort(err)
-		return fmt.Errorf("godist: group %q: setting up shared memory: %w", pg.cfg.Group, err)
-	}
-	var use transport.Transport = tr
-	if arena != nil {
-		h, err := newHybrid(tr, arena)
+	use := tr
+	var off backend.Offload
+	for _, o := range rdv.set.Offloaders {
+		joined, routed, err := o.Join(ctx, s, tr)
 		if err != nil {
-			arena.Abort(err)
 			tr.Abort(err)
-			return fmt.Errorf("godist: group %q: attaching shared memory: %w", pg.cfg.Group, err)
+			return fmt.Errorf("godist: group %q: setting up its offload: %w", pg.cfg.Group, err)
 		}
-		use = h
+		if joined != nil {
+			off, use = joined, routed
+			break
+		}
 	}
 	pg.mu.Lock()
-	pg.arena = arena
+	pg.offload = off
 	pg.mu.Unlock()
 	pg.start(use)
 	return nil
 }
 
-// rebind tells the listener the session token, known only after rendezvous.
-func rebind(ln *tcp.Listener, session uint64) *tcp.Listener {
-	ln.SetSession(session)
-	return ln
+// parseRecords decodes and checks every rank's record.
+func (pg *ProcessGroup) parseRecords(records [][]byte) ([]wire.PeerRecord, error) {
+	n := pg.cfg.Size
+	if len(records) != n {
+		return nil, invalidf("%d rendezvous records for a group of %d", len(records), n)
+	}
+	recs := make([]wire.PeerRecord, n)
+	for i, b := range records {
+		r, err := wire.UnmarshalPeerRecord(b)
+		if err != nil {
+			return nil, fmt.Errorf("godist: group %q: record of rank %d: %w", pg.cfg.Group, i, err)
+		}
+		if int(r.Rank) != i || int(r.WorldSize) != n || r.Group != pg.cfg.Group {
+			return nil, invalidf("record %d describes rank %d of %d in group %q (stale rendezvous data?)", i, r.Rank, r.WorldSize, r.Group)
+		}
+		recs[i] = r
+	}
+	if recs[0].Session == 0 {
+		return nil, invalidf("rank 0's record carries no session token")
+	}
+	return recs, nil
 }
 
-// dialAddrs lists the addresses to try for peer r, as seen from me: ranks
-// on the same host (same hostname and boot id) use loopback first.
-func dialAddrs(me, r wire.PeerRecord) []string {
-	var out []string
-	if me.Hostname == r.Hostname && me.BootID == r.BootID && r.BootID != "" {
-		out = append(out, "127.0.0.1")
+// reservedSeq is the first of the sequence numbers godist uses for its own
+// setup rounds (counting down); user collectives count up from 1.
+const reservedSeq = 1<<44 - 1
+
+// agree returns true only if every rank passes ok == true: a one-byte BAND
+// all-reduce on tr under reserved sequence number reservedSeq-round.
+func (pg *ProcessGroup) agree(ctx context.Context, tr transport.Transport, round uint64, ok bool) (bool, error) {
+	b := []byte{0}
+	if ok {
+		b[0] = 1
 	}
-	for _, a := range r.Addresses {
-		if ip := net.ParseIP(a); ip != nil && ip.IsLoopback() {
-			continue
-		}
-		out = append(out, a)
+	c := &comm{tr: tr, tune: &pg.tune, ctx: ctx, seq: reservedSeq - round, rank: pg.cfg.Rank, size: pg.cfg.Size}
+	if err := allReduceRD(c, b, reduceSpec{dt: reduce.Bool, op: reduce.BAnd}); err != nil {
+		return false, err
 	}
-	return out
+	return b[0] == 1, nil
 }
 
 func bootID() string {
@@ -192,27 +195,4 @@ func bootID() string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// localAddrs lists the addresses this rank can be reached at.
-func localAddrs(bind string) []string {
-	if bind != "" && bind != "0.0.0.0" && bind != "::" {
-		return []string{bind}
-	}
-	out := []string{"127.0.0.1"}
-	ifs, err := net.InterfaceAddrs()
-	if err != nil {
-		return out
-	}
-	for _, a := range ifs {
-		ipn, ok := a.(*net.IPNet)
-		if !ok || ipn.IP.IsLoopback() || ipn.IP.IsLinkLocalUnicast() {
-			continue
-		}
-		if len(out) >= 16 {
-			break
-		}
-		out = append(out, ipn.IP.String())
-	}
-	return out
 }

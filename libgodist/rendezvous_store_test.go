@@ -24,7 +24,7 @@ func TestRendezvousStore(t *testing.T) {
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for r := range n {
-			pg, err := New(Config{Rank: r, Size: n, Group: "rdv", Timeout: 10 * time.Second, BindHost: "127.0.0.1"})
+			pg, err := New(Config{Rank: r, Size: n, Group: "rdv", Timeout: 10 * time.Second}, backends(t, ""))
 			require.NoError(t, err)
 			pgs[r] = pg
 			wg.Go(func() { errs[r] = pg.RendezvousStore(context.Background(), hs, 10*time.Second) })
@@ -59,7 +59,7 @@ func TestRendezvousStore(t *testing.T) {
 func TestRendezvousStoreTimeout(t *testing.T) {
 	hs := store.NewHashStore(0)
 	defer hs.Close()
-	pg, err := New(Config{Rank: 0, Size: 2, Group: "lonely", Timeout: time.Second, BindHost: "127.0.0.1"})
+	pg, err := New(Config{Rank: 0, Size: 2, Group: "lonely", Timeout: time.Second}, backends(t, ""))
 	require.NoError(t, err)
 	defer pg.Close()
 	err = pg.RendezvousStore(context.Background(), hs, 200*time.Millisecond)
@@ -75,7 +75,7 @@ func TestRendezvousStoreTimeout(t *testing.T) {
 func TestRendezvousStoreClose(t *testing.T) {
 	hs := store.NewHashStore(0)
 	defer hs.Close()
-	pg, err := New(Config{Rank: 0, Size: 2, Group: "closing", Timeout: time.Second, BindHost: "127.0.0.1"})
+	pg, err := New(Config{Rank: 0, Size: 2, Group: "closing", Timeout: time.Second}, backends(t, ""))
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- pg.RendezvousStore(context.Background(), hs, time.Minute) }()

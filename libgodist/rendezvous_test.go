@@ -8,18 +8,29 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/assemble"
+	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/reduce"
 )
 
+// backends assembles a group's backends as capi does, listening on
+// loopback.
+func backends(t testing.TB, transport string) backend.Set {
+	t.Helper()
+	set, err := assemble.Backends(assemble.Options{BindHost: "127.0.0.1", Transport: transport})
+	require.NoError(t, err)
+	return set
+}
+
 // connectGroup runs the real two-step rendezvous (New, LocalRecord,
 // Connect) for n ranks in this process, over TCP on loopback and, unless
-// transport is "tcp", shared memory.
-func connectGroup(t testing.TB, n int, transport string) []*ProcessGroup {
+// transport is "tcp", shared memory; tune nil takes DefaultTuning.
+func connectGroup(t testing.TB, n int, transport string, tune *Tuning) []*ProcessGroup {
 	t.Helper()
 	pgs := make([]*ProcessGroup, n)
 	recs := make([][]byte, n)
 	for r := range pgs {
-		pg, err := New(Config{Rank: r, Size: n, Group: "rdv", Timeout: 10 * time.Second, BindHost: "127.0.0.1", Transport: transport})
+		pg, err := New(Config{Rank: r, Size: n, Group: "rdv", Timeout: 10 * time.Second, Tuning: tune}, backends(t, transport))
 		require.NoError(t, err)
 		pgs[r] = pg
 		if n > 1 {
@@ -51,12 +62,12 @@ func connectGroup(t testing.TB, n int, transport string) []*ProcessGroup {
 }
 
 func TestRendezvousShmAndTCP(t *testing.T) {
-	for _, transport := range []string{TransportAuto, TransportTCP} {
+	for _, transport := range []string{assemble.TransportAuto, assemble.TransportTCP} {
 		for _, n := range []int{1, 2, 3, 4} {
 			t.Run(fmt.Sprintf("%s/n%d", map[string]string{"": "auto", "tcp": "tcp"}[transport], n), func(t *testing.T) {
-				pgs := connectGroup(t, n, transport)
+				pgs := connectGroup(t, n, transport, nil)
 				for _, pg := range pgs {
-					require.Equal(t, n > 1 && transport != TransportTCP, pg.SharedMemory())
+					require.Equal(t, n > 1 && transport != assemble.TransportTCP, pg.Offload() == "shm")
 				}
 				for _, count := range []int{1, 1000, 100_000} {
 					bufs := make([][]byte, n)
@@ -107,10 +118,10 @@ func TestRendezvousShmAndTCP(t *testing.T) {
 // the caller's goroutine) and on TCP, and the transport-based collectives
 // (reduce, gather) that ride on them.
 func TestP2PShmAndTCP(t *testing.T) {
-	for _, transport := range []string{TransportAuto, TransportTCP} {
+	for _, transport := range []string{assemble.TransportAuto, assemble.TransportTCP} {
 		for _, n := range []int{2, 3} {
 			t.Run(fmt.Sprintf("%s/n%d", map[string]string{"": "auto", "tcp": "tcp"}[transport], n), func(t *testing.T) {
-				pgs := connectGroup(t, n, transport)
+				pgs := connectGroup(t, n, transport, nil)
 				for _, size := range []int{0, 8, 4096, 64 << 10, 1<<20 + 3} {
 					// A ring: r sends to r+1; receives posted after the send
 					// (unexpected) on even ranks, before on odd ranks.

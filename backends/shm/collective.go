@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -22,7 +23,7 @@ import (
 // in the caller's memory or in the arena. An error it returns is returned
 // by the collective (wrapped) after the protocol has finished, so the
 // arena stays usable.
-type CombineFunc func(dst, a, b []byte) error
+type CombineFunc = backend.Combine
 
 // opKind names a collective in step blocks, so that ranks can tell a peer
 // running something else.

@@ -1,12 +1,9 @@
 package libgodist
 
-// barrier is the dissemination barrier: in round k every rank sends a token
+// barrierDissemination is the dissemination barrier: in round k every rank sends a token
 // to rank+2^k and waits for one from rank-2^k. After ceil(log2 P) rounds
 // every rank has heard, directly or not, from every other.
-func barrier(c *comm) error {
-	if c.arena != nil {
-		return c.arena.Barrier(c.ctx)
-	}
+func barrierDissemination(c *comm) error {
 	n, r := c.size, c.rank
 	token := []byte{1}
 	var got [1]byte

@@ -1,0 +1,39 @@
+// Package assemble is godist's composition root: it chooses the backends a
+// process group is built from. The engine (libgodist) sees them only
+// through the interfaces of libgodist/backend, and no backend imports
+// another, so adding a backend is a package under backends/ and a line
+// here.
+package assemble
+
+import (
+	"fmt"
+
+	"github.com/godist/godist/backends/shm"
+	"github.com/godist/godist/backends/tcp"
+	"github.com/godist/godist/libgodist/backend"
+)
+
+// Transport names accepted in Options.Transport.
+const (
+	TransportAuto = ""    // shared memory between co-located ranks, TCP otherwise
+	TransportTCP  = "tcp" // TCP only
+)
+
+// Options are the user's choices that decide a group's backends.
+type Options struct {
+	BindHost  string // the address the TCP fabric listens on; "" for all interfaces
+	Transport string // TransportAuto or TransportTCP
+}
+
+// Backends returns the backends of a group created with o.
+func Backends(o Options) (backend.Set, error) {
+	set := backend.Set{Fabric: tcp.NewFabric(o.BindHost)}
+	switch o.Transport {
+	case TransportAuto, "auto":
+		set.Offloaders = append(set.Offloaders, shm.NewOffloader())
+	case TransportTCP:
+	default:
+		return backend.Set{}, fmt.Errorf("godist: unknown transport %q (want \"auto\" or \"tcp\")", o.Transport)
+	}
+	return set, nil
+}

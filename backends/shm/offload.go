@@ -1,0 +1,127 @@
+package shm
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/godist/godist/libgodist/backend"
+	"github.com/godist/godist/libgodist/transport"
+	"github.com/godist/godist/libgodist/wire"
+)
+
+// Offloader is the backend.Offloader of shared memory: a group whose ranks
+// all share this host's memory gets an arena, which carries its
+// collectives and the point-to-point messages between its ranks.
+//
+// Co-location is decided from the rendezvous records: every rank on this
+// host (same hostname and boot id) whose probe file in DefaultDir this
+// rank can see, so they share one /dev/shm, which containers on one host
+// may not. Every rank's view is agreed on before use, so a rank that sees
+// it differently cannot desynchronize the group.
+type Offloader struct {
+	mu    sync.Mutex
+	probe string // this rank's probe file's name under DefaultDir; "" once removed
+}
+
+var (
+	_ backend.Offloader = (*Offloader)(nil)
+	_ backend.Offload   = (*Arena)(nil)
+)
+
+// NewOffloader returns the shared-memory offloader.
+func NewOffloader() *Offloader { return &Offloader{} }
+
+// openTimeout bounds the arena's setup; on failure the group stays on its
+// fabric alone.
+const openTimeout = 10 * time.Second
+
+// Describe creates this rank's probe file and names it in rec; where
+// DefaultDir is unusable it adds nothing and the group will not use
+// shared memory.
+func (o *Offloader) Describe(rec *wire.PeerRecord) {
+	if !supported {
+		return
+	}
+	p, err := NewProbe("")
+	if err != nil {
+		return
+	}
+	o.mu.Lock()
+	o.probe = filepath.Base(p.Path)
+	o.mu.Unlock()
+	rec.ShmProbe = filepath.Base(p.Path)
+	rec.Transports = append(rec.Transports, "shm")
+}
+
+// Close removes the probe file. Idempotent.
+func (o *Offloader) Close() {
+	o.mu.Lock()
+	name := o.probe
+	o.probe = ""
+	o.mu.Unlock()
+	if name != "" {
+		_ = os.Remove(filepath.Join(DefaultDir, name))
+	}
+}
+
+// Join agrees with every rank on shared memory and opens the arena: rank 0
+// creates it, the others join. It needs every rank on this host and a
+// fabric whose transport it can route through (one with a Mailbox, such
+// as backends/tcp's).
+func (o *Offloader) Join(ctx context.Context, s *backend.Setup, tr transport.Transport) (backend.Offload, transport.Transport, error) {
+	under, routable := tr.(Underlay)
+	ok, err := s.Agree(ctx, routable && colocated(s))
+	o.Close()
+	if err != nil || !ok {
+		return nil, tr, err
+	}
+	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	mode := ModeJoin
+	if s.Rank == 0 {
+		mode = ModeCreate
+	}
+	a, oerr := Open(octx, Config{Name: arenaName(s.Session, s.Group), Rank: s.Rank, Size: s.Size, Mode: mode})
+	ok, err = s.Agree(ctx, oerr == nil)
+	if err != nil || !ok {
+		if a != nil {
+			a.Close()
+		}
+		return nil, tr, err
+	}
+	rt, err := newRouter(under, a)
+	if err != nil {
+		a.Abort(err)
+		return nil, tr, fmt.Errorf("shm: attaching the arena: %w", err)
+	}
+	return a, rt, nil
+}
+
+// colocated reports whether, as seen from this rank, every rank shares
+// this host's memory.
+func colocated(s *backend.Setup) bool {
+	for r, rec := range s.Records {
+		if (r != s.Rank && !s.SameHost(r)) || rec.ShmProbe == "" {
+			return false
+		}
+		if _, err := os.Stat(filepath.Join(DefaultDir, rec.ShmProbe)); err != nil {
+			return false
+		}
+	}
+	return s.Me().BootID != ""
+}
+
+// arenaName derives the shared file's name from the group's session.
+func arenaName(session uint64, group string) string {
+	h := fnv.New64a()
+	h.Write([]byte(group))
+	return fmt.Sprintf("godist-%016x-%016x", session, h.Sum64())
+}
+
+// Name is "shm".
+func (a *Arena) Name() string { return "shm" }

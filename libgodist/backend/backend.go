@@ -1,0 +1,91 @@
+// Package backend declares what the engine (package libgodist) needs from
+// the ways a group's ranks reach each other, and what it hands them when a
+// group is set up. The engine holds these interfaces only; packages under
+// backends/ implement them, and the composition root (package assemble)
+// chooses which ones a group gets.
+//
+// Every group has one Fabric, which connects all its ranks point to point
+// (backends/tcp), and may have Offloaders, each of which can take over
+// whole collectives when every rank agrees it can serve them
+// (backends/shm: ranks that share a host's memory).
+package backend
+
+import (
+	"context"
+	"errors"
+
+	"github.com/godist/godist/libgodist/transport"
+	"github.com/godist/godist/libgodist/wire"
+)
+
+// Set is the backends a group is built from.
+type Set struct {
+	Fabric     Fabric
+	Offloaders []Offloader // tried in order; the first that joins carries the collectives
+}
+
+// Fabric connects every rank of a group to every other.
+type Fabric interface {
+	// Describe fills in what the peers need to reach this rank
+	// (addresses, port, transport names) before the record is published.
+	// It may start listening; rec's Rank, WorldSize and Group are set.
+	Describe(rec *wire.PeerRecord) error
+	// Connect builds the transport to every rank from the records of s,
+	// within ctx.
+	Connect(ctx context.Context, s *Setup) (transport.Transport, error)
+	// Close releases what Describe set up and Connect did not take over.
+	// Idempotent.
+	Close() error
+}
+
+// Offloader is a way to carry a group's collectives other than the
+// engine's own algorithms over the fabric's transport.
+type Offloader interface {
+	// Describe adds what the peers need to decide on this offload (a probe
+	// file's name, a transport name) before the record is published.
+	Describe(rec *wire.PeerRecord)
+	// Join decides with every rank, through s.Agree, whether this offload
+	// serves the group, and opens it. Every rank must reach the same
+	// answer: decide only through Agree. When it does not serve the group
+	// Join returns a nil Offload and tr. Otherwise it returns the offload
+	// and the transport point-to-point traffic should take from now on
+	// (tr itself, or one that routes some peers through the offload).
+	Join(ctx context.Context, s *Setup, tr transport.Transport) (Offload, transport.Transport, error)
+	// Close releases what Describe set up. Idempotent.
+	Close()
+}
+
+// Combine sets dst = a (op) b for whole elements; dst may alias a or b.
+// It must be commutative bit for bit, so every rank ends with the same
+// bits whatever order its offload combines in.
+type Combine = func(dst, a, b []byte) error
+
+// Offload carries whole collectives for one group. Its methods are called
+// by one goroutine at a time, in the group's issue order, with the same
+// arguments' shapes on every rank; ctx carries the op's deadline. A method
+// may return ErrDeclined before touching any buffer, and the engine then
+// runs its own algorithm.
+type Offload interface {
+	// Name names the offload in diagnostics ("shm").
+	Name() string
+	// AllReduce reduces buf in place across the group, elem bytes an element.
+	AllReduce(ctx context.Context, buf []byte, elem int, combine Combine) error
+	// Broadcast copies root's buf into every rank's.
+	Broadcast(ctx context.Context, buf []byte, root int) error
+	// AllGather places every rank's in at outs[rank] on every rank.
+	AllGather(ctx context.Context, in []byte, outs [][]byte) error
+	// ReduceScatter leaves in out the reduction over all ranks of ins[rank].
+	ReduceScatter(ctx context.Context, ins [][]byte, out []byte, elem int, combine Combine) error
+	// AllToAll sends ins[j] to rank j, which stores it in outs[rank].
+	AllToAll(ctx context.Context, ins, outs [][]byte) error
+	// Barrier returns once every rank has entered it.
+	Barrier(ctx context.Context) error
+	// Abort fails what is in flight at once with err; Close follows.
+	Abort(err error)
+	// Close releases the offload. Idempotent.
+	Close() error
+}
+
+// ErrDeclined is returned by an Offload method that leaves the op to the
+// engine's own algorithms.
+var ErrDeclined = errors.New("backend: op declined by the offload")

@@ -1,0 +1,67 @@
+package backend
+
+import (
+	"context"
+
+	"github.com/godist/godist/libgodist/wire"
+)
+
+// Setup is what a group's backends are built from once the rendezvous has
+// gathered every rank's record.
+type Setup struct {
+	Rank, Size int
+	Group      string
+	Session    uint64            // rank 0's random token, the same on every rank
+	Records    []wire.PeerRecord // every rank's record, index = rank
+	// Agree returns true on every rank only if every rank passed ok ==
+	// true. Every rank must call it the same number of times, in the same
+	// order. Set by the engine once the fabric is connected.
+	Agree func(ctx context.Context, ok bool) (bool, error)
+}
+
+// Me is this rank's record.
+func (s *Setup) Me() wire.PeerRecord { return s.Records[s.Rank] }
+
+// SameHost reports whether rank r runs on this rank's host (same hostname
+// and boot id). A record without a boot id shares no host.
+func (s *Setup) SameHost(r int) bool {
+	me, p := s.Me(), s.Records[r]
+	return me.BootID != "" && p.Hostname == me.Hostname && p.BootID == me.BootID
+}
+
+// LocalRanks counts the ranks on this rank's host, this one included.
+func (s *Setup) LocalRanks() int {
+	n := 0
+	for r := range s.Records {
+		if r == s.Rank || s.SameHost(r) {
+			n++
+		}
+	}
+	return n
+}
+
+// HostFits reports whether this host's ranks of the group fit the CPUs
+// this rank may run on: each can have a core.
+func (s *Setup) HostFits() bool { return s.LocalRanks() <= int(s.Me().CPUs) }
+
+// EveryHostFits reports whether on every host the group's ranks there fit
+// the fewest CPUs any of them may run on. Every rank computes the same
+// answer from the same records, so it may choose what goes on the wire; a
+// record that names no CPUs makes it false.
+func (s *Setup) EveryHostFits() bool {
+	type host struct{ name, boot string }
+	ranks, cpus := map[host]int{}, map[host]int32{}
+	for _, r := range s.Records {
+		h := host{r.Hostname, r.BootID}
+		ranks[h]++
+		if c, ok := cpus[h]; !ok || r.CPUs < c {
+			cpus[h] = r.CPUs
+		}
+	}
+	for h, n := range ranks {
+		if int(cpus[h]) < n {
+			return false
+		}
+	}
+	return len(s.Records) > 0
+}
