@@ -1,0 +1,107 @@
+package assemble
+
+import (
+	"go/build"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/godist/godist"
+
+// deps returns the module's packages that pkg (a path relative to the
+// module root) imports, directly or not, leaving tests out.
+func deps(t *testing.T, root, pkg string) map[string]bool {
+	t.Helper()
+	seen := map[string]bool{}
+	var walk func(rel string)
+	walk = func(rel string) {
+		p, err := build.ImportDir(filepath.Join(root, rel), 0)
+		if err != nil {
+			var noGo *build.NoGoError
+			if ok := asNoGo(err, &noGo); ok {
+				return
+			}
+			require.NoError(t, err, rel)
+		}
+		for _, imp := range p.Imports {
+			if dep, ok := strings.CutPrefix(imp, module+"/"); ok && !seen[dep] {
+				seen[dep] = true
+				walk(dep)
+			}
+		}
+	}
+	walk(pkg)
+	return seen
+}
+
+func asNoGo(err error, target **build.NoGoError) bool {
+	e, ok := err.(*build.NoGoError)
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+// packages lists the module's package folders under dir.
+func packages(t *testing.T, root, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if m, _ := filepath.Glob(filepath.Join(path, "*.go")); len(m) > 0 {
+			rel, _ := filepath.Rel(root, path)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// TestLayers checks the dependency rules of docs/architecture.md: the
+// engine imports no backend, a backend imports no other backend (nor the
+// engine's root package, capi or this package), and the stores import
+// nothing of ours.
+func TestLayers(t *testing.T) {
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	for _, pkg := range packages(t, root, "libgodist") {
+		for dep := range deps(t, root, pkg) {
+			require.False(t, strings.HasPrefix(dep, "backends/") || dep == "assemble" || dep == "capi",
+				"%s imports %s: the engine sees backends only through libgodist/backend", pkg, dep)
+		}
+	}
+	backends := packages(t, root, "backends")
+	require.NotEmpty(t, backends)
+	for _, pkg := range backends {
+		name := strings.Split(pkg, "/")[1]
+		for dep := range deps(t, root, pkg) {
+			other := strings.HasPrefix(dep, "backends/") && strings.Split(dep, "/")[1] != name
+			require.False(t, other || dep == "libgodist" || dep == "assemble" || dep == "capi",
+				"%s imports %s: a backend imports only libgodist's interfaces and helpers", pkg, dep)
+		}
+	}
+	for _, pkg := range packages(t, root, "store") {
+		for dep := range deps(t, root, pkg) {
+			require.True(t, strings.HasPrefix(dep, "store"), "%s imports %s: the stores stand alone", pkg, dep)
+		}
+	}
+}
+
+func TestBackends(t *testing.T) {
+	set, err := Backends(Options{})
+	require.NoError(t, err)
+	require.NotNil(t, set.Fabric)
+	require.Len(t, set.Offloaders, 1, "shared memory by default")
+	set, err = Backends(Options{Transport: TransportTCP})
+	require.NoError(t, err)
+	require.Empty(t, set.Offloaders)
+	_, err = Backends(Options{Transport: "carrier-pigeon"})
+	require.ErrorContains(t, err, `unknown transport "carrier-pigeon"`)
+}
