@@ -2,12 +2,13 @@ package libgodist
 
 import "github.com/godist/godist/libgodist/transport"
 
-// broadcastPipelined is the binomial tree of broadcast.go in which each
+// broadcastPipelined is the binomial tree of broadcast_tree.go in which each
 // child has a sender goroutine of its own (pipeline.go): a rank sends to
 // all its children at once instead of one after the other, and it can cut
 // the buffer into segments of seg bytes, forwarding each as soon as it has
-// landed while later ones are still arriving (broadcast.go passes the whole
-// buffer as one segment; see broadcastSegment).
+// landed while later ones are still arriving (Tuning.broadcastSeg chooses
+// seg; the whole buffer is one segment when some host's ranks outnumber
+// its cores).
 // A rank posts all its receives, then tells its parent (an empty message),
 // and a parent sends a child nothing before that: a child still busy with
 // the previous op would otherwise get the data as an unexpected message,

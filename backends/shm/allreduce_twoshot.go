@@ -23,10 +23,7 @@ package shm
 // publishes the result in its slot share (its buffer lines are its own, so
 // the reduction's stores take no line back from the peer's cache), and
 // copies out only the peer's share. That drops a copy of the share in and
-// one out. (Two processes on a 2-CPU VM, TestProcessBenchmark alternating
-// with the slot accumulation: 1 MiB 93-106 µs against 110-134, 4 MiB
-// 365-374 against 446-578, 64 MiB 8.5-8.6 ms against 8.8-11.6, with
-// ordinary stores; equal within the spread with non-temporal ones.) With
+// one out. With
 // more ranks the owner needs its contribution at its turn in rank order,
 // after x0 and x1, and the slot accumulation stays.
 //

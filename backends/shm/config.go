@@ -224,9 +224,7 @@ type WaitPolicy struct {
 	// Sleep and Idle stay below maxSyscallSleep: a goroutine asleep in a
 	// system call keeps its P, and the Go runtime's monitor takes back a P
 	// held 10 ms in one call, then polls every 20 µs for the next
-	// millisecond and more. With an Idle of 50 ms the receiver of every
-	// idle group was taken back on each sleep: ~1,200 monitor wake-ups and
-	// 4% of a core a second per idle process, at 8 ms ~100.
+	// millisecond and more.
 	Idle time.Duration
 	// Spread moves a waiting rank off a CPU that holds more local ranks
 	// than its share (spread.go).

@@ -10,9 +10,10 @@
 // local leader, or ModeAuto: whoever comes first, with O_EXCL); Open
 // returns when all Size ranks have mapped it, and by then the file is
 // unlinked, so nothing is left in /dev/shm however the processes end.
-// Co-location is for the caller to decide: LocalHostID and Probe/SeesProbe
-// give the hostname, boot id and /dev/shm identity to exchange through the
-// store.
+// A group gets an arena through the Offloader (offload.go), the
+// backend.Offloader the composition root hands the engine: it publishes a
+// probe file's name at rendezvous, agrees with every rank that all of them
+// share this host and its /dev/shm, and opens the arena.
 //
 // Collectives (AllReduce, Broadcast, AllGather, ReduceScatter, AllToAll,
 // Barrier) take a context whose deadline bounds every wait, run one at a
@@ -22,9 +23,9 @@
 // contributions in rank order, so results are bitwise identical on every
 // rank and from run to run. Send delivers point-to-point messages into
 // the transport.Mailbox a rank attaches with Attach (one mailbox can serve
-// TCP peers too; GlobalRanks maps local ranks to the group's); Transport
-// wraps an arena and a mailbox as a transport.Transport for all-local
-// groups.
+// TCP peers too; GlobalRanks maps local ranks to the group's); the
+// router (router.go) sends to co-located peers through the arena and to
+// the others through the fabric's transport.
 //
 // Errors: *transport.PeerError{Op, Peer (group rank), Err} wrapping
 // transport.ErrTimeout (deadline), ErrPeerGone (the peer closed),

@@ -16,14 +16,9 @@ import (
 // peers read next. Where they share none (virtual CPUs the host has placed
 // on different dies, which can change from one minute to the next) each
 // take-back is a cross-die round trip, and ordinary copies into the arena
-// ran at 2-4 GB/s instead of 10-20; non-temporal stores go to memory
-// without reading the line first. Measured on a 2-CPU VM, 64 MiB
-// all-reduce, ordinary against non-temporal stores:
-//
-//	ranks  CPUs share a cache  CPUs on different dies
-//	2      10 ms / 12 ms       35 ms / 12 ms
-//	4      18-21 / 25-34       60-64 / 25-30
-//	8      41-45 / 59-70       120 / 59-70
+// slow down several times over; non-temporal stores go to memory without
+// reading the line first, but lose where the CPUs share a cache (the peers
+// then read from memory what ordinary stores would have left in cache).
 //
 // So publish times its ordinary copies of probeMin bytes or more. After
 // slowRun of them in a row ran below slowRate (a copy can be slow for other
@@ -33,9 +28,7 @@ import (
 // the slow ordinary ones: where ordinary copies are slow for a reason that
 // non-temporal stores do not remove (memory bandwidth shared by many
 // ranks), it goes back to ordinary stores and leaves its next backoff
-// copies of probeMin bytes or more untimed. On different dies the trial
-// copies ran at 16-21 GB/s, against 2.7-5.5 GB/s for the slow ordinary
-// ones. A slow run or a trial whose samples lie more than staleAfter apart
+// copies of probeMin bytes or more untimed. A slow run or a trial whose samples lie more than staleAfter apart
 // starts over (the CPUs may have moved in between). In non-temporal mode
 // every probeEvery-th copy of publishMin bytes or more is an ordinary,
 // timed one, and a fast one switches back; every op that writes large

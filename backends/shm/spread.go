@@ -13,16 +13,11 @@ import (
 // waker's CPU (a vCPU the host has preempted does not count as idle), and
 // the load balancer then leaves both there, because each ran a moment ago
 // and counts as cache-hot. Two ranks that share a CPU take turns instead
-// of overlapping: a loop of 64 MiB all_reduces at two ranks on two cores
-// ran at 14-18 ms per op with the ranks pinned to different CPUs, and
-// switched between that and 32-60 ms unpinned, for seconds at a time.
+// of overlapping, for seconds at a time.
 //
 // With more ranks than CPUs the same happens one level up: 4 ranks on 2
 // CPUs settle 3 and 1 for stretches, and the lone rank's yield-polls
-// return at once while its peers queue on the other CPU. Loops of 8-byte
-// all_reduces at P=4 on 2 cores ran at 39-47 µs per op in blocks where
-// the ranks sat 2 and 2 and at 55-75 µs where they sat 3 and 1 or moved;
-// spread, at 37-46 µs in every block.
+// return at once while its peers queue on the other CPU.
 //
 // So a rank about to wait publishes the CPU it runs on (ctlCPU), and if
 // its CPU's share (ceil(ranks / CPUs of this thread's affinity); 1 when

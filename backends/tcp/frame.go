@@ -7,19 +7,21 @@ import (
 	"github.com/godist/godist/libgodist/transport"
 )
 
-// Every message on a godist TCP connection starts with a fixed 24-byte
+// Every message on a godist TCP connection starts with a fixed 64-byte
 // header (docs/wire.md):
 //
 //	offset size field
 //	0      1    magic 'G' (0x47)
-//	1      1    frame version (1)
+//	1      1    frame version (2)
 //	2      1    kind: 1 data, 2 goodbye
 //	3      5    reserved, zero
 //	8      8    tag, little endian
 //	16     8    payload length in bytes, little endian
+//	24     40   reserved, zero
 //
-// followed by the payload. A goodbye frame has no payload; it tells the peer
-// that this side is shutting the group down on purpose.
+// followed by the payload and zero padding to a multiple of frameAlign. A
+// goodbye frame has no payload; it tells the peer that this side is
+// shutting the group down on purpose.
 const (
 	headerSize   = 64
 	frameMagic   = 0x47
@@ -36,8 +38,8 @@ const (
 // frameAlign: every frame takes a multiple of this many bytes on the
 // wire (the payload is followed by zero padding to it), so that a sender
 // whose writes are all multiples of it keeps its kernel copy buffers
-// aligned: over loopback the receiver's copy out of them runs at about
-// twice the speed when source and destination are aligned alike.
+// aligned, and the receiver's copy out of them runs with source and
+// destination aligned alike.
 const frameAlign = 64
 
 // padding is the number of zero bytes after an n-byte payload.

@@ -62,24 +62,17 @@ func (p *peer) send(ctx context.Context, h header, data []byte, wait roomWaiter)
 	return p.sk.writeFrame(p.hdr[:], data, writeChunk, d, wait)
 }
 
-// writeChunk is the largest single write of a payload. Over loopback a
-// whole 64 MiB in one write ran at 2.5 GB/s against 3.5-4 GB/s in pieces;
-// 2 MiB pieces took 5-15% less CPU per byte than 512 KiB ones in a 64 MiB
-// ping-pong with 4 and 8 ranks on 2 cores (fewer system calls and waits
-// for room) and the same with 2.
+// writeChunk is the largest single write of a payload: one huge write
+// holds the socket lock and delays the window updates, and smaller pieces
+// cost more system calls and waits for room.
 const writeChunk = 2 << 20
 
 // linger is how long after a waiter last read the socket itself the
 // reader goroutine stays off it. Bytes that arrive in that time wait in the
 // socket for the next waiter, which reads them straight into its buffer;
 // a reader goroutine on the socket would take them first whenever they
-// arrive before their receive is posted, and buffer and copy them again.
-// In a ping-pong with 8 ranks on 2 cores (Intel guest) that was most
-// replies. With 10 ms and Transport.waitRoom, against 1 ms and a full
-// socket waking every resting reader, a round trip of 512 KiB took
-// 0.93-1.23 ms against 1.26-1.69, of 2 MiB 3.0-3.7 against 3.2-3.9, of
-// 8 MiB 11.3-13.5 against 12.3-16.1 (voluntary context switches 14-16
-// against 20-22), of 32 MiB the same. A waiter that leaves bytes unread,
+// arrive before their receive is posted, and buffer and copy them again;
+// with more ranks than cores that was most replies of a ping-pong. A waiter that leaves bytes unread,
 // a send that waits for room while bytes wait on a resting reader's
 // socket (Transport.waitRoom), a receive from any source, and closing
 // kick the reader back to the socket at once.

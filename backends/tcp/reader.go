@@ -43,21 +43,13 @@ const (
 	// readChunk is the largest single read straight into a destination:
 	// large enough that one read(2) takes all the socket holds. Fewer,
 	// larger reads mean fewer system calls and fewer window updates, each
-	// of which wakes the sender: in a 64 MiB ping-pong over loopback,
-	// godist's CPU per byte against gloo's went from 1.23-1.26x to
-	// 1.10-1.19x at 8 ranks on 2 cores, 1.10-1.28x to 1.03-1.09x at 4 and
-	// 1.09-1.12x to 1.00-1.02x at 2, against reads of 256 KiB.
+	// of which wakes the sender.
 	readChunk = 64 << 20
 	// rcvLowatMax bounds the socket's receive low-water mark (SO_RCVLOWAT)
 	// while a payload is being read: poll(2) and the poller report the
 	// socket readable only once that many bytes of it (or all that is
 	// left, if less) have arrived. Without it a sleeping reader woke for
-	// every few dozen KiB. 64 MiB send/recv loops over TCP, 8 ranks on 2
-	// cores: 77-89 ms per op against 96-112 ms (gloo 97-107 ms), CPU per op
-	// and rank 20-22 against 24-27 ms; 4 ranks: 39-42 against 49-50 ms
-	// (gloo 51-52); 2 ranks unchanged. 64 MiB all_reduce, broadcast and
-	// all_to_all at 4 and 8 ranks went from x0.99-x1.15 of gloo's speed to
-	// x1.05-x1.37 in the same blocks. The kernel caps the mark at half the
+	// every few dozen KiB. The kernel caps the mark at half the
 	// largest receive buffer and grows the buffer to hold it.
 	rcvLowatMax = 1 << 20
 )

@@ -23,10 +23,8 @@ SCENARIOS = ("ddp", "infer", "async")
 # gradients (100 MB each, freed at the start of every step) share one
 # heap. With glibc's defaults, whichever model's gradients lie at the top of
 # the heap has them trimmed back to the kernel when they are freed and
-# faults every page in again in the next backward pass: about 25,000 page
-# faults and 25-40 ms per step on one backend and none on the other,
-# decided by allocation order, not by the backend (measured at 2 ranks on
-# a 2-core VM; the same order swapped which backend paid). Pinning the
+# faults every page in again in the next backward pass, on one backend and
+# not the other, decided by allocation order, not by the backend. Pinning the
 # mmap threshold (32 MiB, glibc's largest) and a trim threshold of 1 GiB
 # keeps every step of both models on memory the process already has.
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
