@@ -32,6 +32,7 @@ deps:
 
 lib: deps
 	$(GO) build -buildmode=c-shared -o python/godist/libgodist.so ./capi
+	cp capi/godist.h python/godist/godist.h
 
 install: $(STAMP) deps
 	$(PY) -m pip install --no-build-isolation --no-deps -e .
@@ -66,4 +67,4 @@ bench: install
 	$(PY) -m godist.bench
 
 clean:
-	rm -rf build dist python/*.egg-info python/godist/libgodist.so python/godist/libgodist.h
+	rm -rf build dist python/*.egg-info python/godist/libgodist.so python/godist/libgodist.h python/godist/godist.h

@@ -28,6 +28,8 @@ def build_library(dest_dir: str) -> None:
     out = os.path.join(dest_dir, "libgodist.so")
     env = dict(os.environ, CGO_ENABLED="1")
     subprocess.check_call([find_go(), "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./capi"], cwd=ROOT, env=env)
+    # libgodist.h (written beside the library) includes the ABI's types.
+    shutil.copyfile(os.path.join(ROOT, "capi", "godist.h"), os.path.join(dest_dir, "godist.h"))
 
 
 class BuildPy(build_py):
@@ -56,7 +58,7 @@ setup(
     python_requires=">=3.10",
     package_dir={"": "python"},
     packages=find_packages(where="python"),  # godist and its subpackages (godist.bench)
-    package_data={"godist": ["libgodist.so", "libgodist.h"]},
+    package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h"]},
     install_requires=["torch>=2.11"],
     entry_points={"torch.distributed.backends": ["godist = godist:_register"]},
     cmdclass={"build_py": BuildPy},

@@ -1,18 +1,56 @@
 package main
 
 /*
-#include <stdint.h>
+#include "godist.h"
 */
 import "C"
 
-import "runtime"
+import (
+	"runtime"
+	"unsafe"
+)
 
 // abiVersion is bumped on any incompatible change to the exported functions.
 // python/godist/_lib.py refuses to load a library with another version.
-const abiVersion = 5
+const abiVersion = 6
 
 //export godist_abi_version
 func godist_abi_version() C.int32_t { return abiVersion }
+
+// abiLayout is what godist_abi_layout reports: the size and field offsets
+// of each struct of godist.h, in declaration order, with the lengths of
+// the error's arrays, then the number of error causes.
+func abiLayout() []int64 {
+	var b C.godist_buf
+	var c C.godist_call
+	var e C.godist_error
+	return []int64{
+		int64(unsafe.Sizeof(b)), int64(unsafe.Offsetof(b.data)), int64(unsafe.Offsetof(b.nbytes)),
+		int64(unsafe.Sizeof(c)), int64(unsafe.Offsetof(c.pg)), int64(unsafe.Offsetof(c.data)),
+		int64(unsafe.Offsetof(c.nbytes)), int64(unsafe.Offsetof(c.arg0)), int64(unsafe.Offsetof(c.arg1)),
+		int64(unsafe.Offsetof(c.timeout_ms)), int64(unsafe.Offsetof(c.notify)), int64(unsafe.Offsetof(c.work)),
+		int64(unsafe.Offsetof(c.errbuf)), int64(unsafe.Offsetof(c.errlen)), int64(unsafe.Offsetof(c.out)),
+		int64(unsafe.Offsetof(c.outbytes)),
+		int64(unsafe.Sizeof(e)), int64(unsafe.Offsetof(e.status)), int64(unsafe.Offsetof(e.cause)),
+		int64(unsafe.Offsetof(e.seq)), int64(unsafe.Offsetof(e.peer)), int64(unsafe.Offsetof(e.nmissing)),
+		int64(unsafe.Offsetof(e.after_ms)), int64(unsafe.Offsetof(e.missing)), int64(unsafe.Offsetof(e.op)),
+		int64(unsafe.Offsetof(e.group)), int64(len(e.missing)), int64(len(e.op)), int64(len(e.group)),
+		numCauses,
+	}
+}
+
+// godist_abi_layout writes up to n numbers of abiLayout into out and
+// returns how many there are. python/godist/_lib.py compares them with its
+// ctypes declarations when it loads the library.
+//
+//export godist_abi_layout
+func godist_abi_layout(out *C.int64_t, n C.int32_t) C.int32_t {
+	l := abiLayout()
+	if out != nil && n > 0 {
+		copy(unsafe.Slice((*int64)(unsafe.Pointer(out)), int(n)), l)
+	}
+	return C.int32_t(len(l))
+}
 
 //export godist_live_handles
 func godist_live_handles() C.int64_t { return C.int64_t(handles.count()) }

@@ -1,30 +1,7 @@
 package main
 
 /*
-#include <stdint.h>
-
-#ifndef GODIST_CALL_DEFINED
-#define GODIST_CALL_DEFINED
-// godist_call carries the arguments of one op on one or two buffers
-// through the godist_call_* entry points, so that the call crosses the C
-// boundary with one pointer. A calling thread keeps one block and refills
-// its leading fields for every call (the error buffer stays); the call
-// reads the block and writes work (and, on failure, the message in errbuf).
-typedef struct godist_call {
-	uint64_t pg;         // process group handle
-	void *data;          // the buffer; NULL only with nbytes 0
-	int64_t nbytes;
-	int64_t arg0;        // allreduce, reduce_scatter: dtype; broadcast: root; send/recv: peer
-	int64_t arg1;        // allreduce, reduce_scatter: reduce op; send/recv: tag
-	int64_t timeout_ms;  // <= 0: the group's timeout
-	int64_t notify;      // as for the other collectives
-	uint64_t work;       // out: the work's handle, 0 when none
-	char *errbuf;        // out: the error message
-	int64_t errlen;
-	void *out;           // two-buffer ops (allgather, reduce_scatter, alltoall): the output
-	int64_t outbytes;
-} godist_call;
-#endif
+#include "godist.h"
 */
 import "C"
 

@@ -1,25 +1,7 @@
 package main
 
 /*
-#include <stdint.h>
-
-#ifndef GODIST_CALL_DEFINED
-#define GODIST_CALL_DEFINED
-typedef struct godist_call {
-	uint64_t pg;
-	void *data;
-	int64_t nbytes;
-	int64_t arg0;
-	int64_t arg1;
-	int64_t timeout_ms;
-	int64_t notify;
-	uint64_t work;
-	char *errbuf;
-	int64_t errlen;
-	void *out;
-	int64_t outbytes;
-} godist_call;
-#endif
+#include "godist.h"
 */
 import "C"
 

@@ -1,7 +1,7 @@
 package main
 
 /*
-#include <stdint.h>
+#include "godist.h"
 */
 import "C"
 
@@ -9,7 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"time"
 	"unsafe"
+
+	"github.com/godist/godist/libgodist"
+	"github.com/godist/godist/libgodist/transport"
+	"github.com/godist/godist/store"
 )
 
 // Status codes returned by every exported function. python/godist/_errors.py
@@ -26,6 +31,25 @@ const (
 	statusStore       = 8  // a store operation failed -> DistStoreError
 	statusForked      = 9  // reserved for the Python side (forked child)
 	statusType        = 10 // wrong type of tensor/argument -> TypeError
+)
+
+// Causes: what went wrong, finer than the status code (godist_error.cause).
+// python/godist/_errors.py holds the same table.
+const (
+	causeNone         = 0
+	causeInvalid      = 1  // a bad argument
+	causeTimeout      = 2  // a deadline passed
+	causePeerLeft     = 3  // a peer shut its group down
+	causeConnLost     = 4  // the connection to a peer broke (process died, network failed)
+	causeClosed       = 5  // the object was closed or aborted
+	causeBroken       = 6  // the group refuses work after an earlier failure
+	causeSizeMismatch = 7  // a peer sent a message of another size
+	causeNotArrived   = 8  // a monitored barrier's ranks did not arrive
+	causeHandle       = 9  // an unknown or stale handle
+	causeStore        = 10 // a store operation failed
+	causeInternal     = 11 // a recovered panic: a bug in godist
+	causeUnsupported  = 12 // an op or dtype the object does not support
+	numCauses         = 13
 )
 
 // errInvalidHandle is returned for a handle that is not in the table.
@@ -68,23 +92,87 @@ func registerCode(code int, match func(error) bool) {
 	errorCodes = append(errorCodes, errorCode{match: match, code: code})
 }
 
-// writeErr copies msg, truncated and NUL-terminated, into the caller's buffer.
-func writeErr(buf *C.char, n C.int32_t, msg string) {
-	if buf == nil || n <= 0 {
+// causeOf says what went wrong, for godist_error.cause.
+func causeOf(err error, status C.int) int32 {
+	var t interface{ Timeout() bool }
+	switch {
+	case status == statusInternal:
+		return causeInternal
+	case errors.Is(err, errInvalidHandle):
+		return causeHandle
+	case errors.Is(err, libgodist.ErrBroken):
+		return causeBroken
+	case errors.As(err, &t) && t.Timeout():
+		return causeTimeout
+	case errors.Is(err, transport.ErrPeerGone):
+		return causePeerLeft
+	case errors.Is(err, transport.ErrConnLost):
+		return causeConnLost
+	case errors.Is(err, transport.ErrSizeMismatch):
+		return causeSizeMismatch
+	case errors.Is(err, libgodist.ErrNotArrived):
+		return causeNotArrived
+	case errors.Is(err, libgodist.ErrClosed), errors.Is(err, transport.ErrClosed), errors.Is(err, store.ErrClosed):
+		return causeClosed
+	case status == statusStore:
+		return causeStore
+	case status == statusUnsupported:
+		return causeUnsupported
+	case status == statusInvalid, status == statusType:
+		return causeInvalid
+	}
+	return causeNone
+}
+
+// errorSize is sizeof(godist_error): the message starts there.
+const errorSize = int(unsafe.Sizeof(C.godist_error{}))
+
+// writeErr fills the caller's error buffer (godist_error, then the
+// message) for a call that returns status. err may be nil with a message
+// of its own (a recovered panic).
+func writeErr(buf *C.char, n C.int32_t, status C.int, err error, msg string) {
+	if buf == nil || int(n) <= errorSize {
 		return
 	}
 	dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
-	k := copy(dst[:len(dst)-1], msg)
+	e := (*C.godist_error)(unsafe.Pointer(buf))
+	*e = C.godist_error{status: C.int32_t(status), cause: C.int32_t(causeOf(err, status)), seq: -1, peer: -1}
+	var oe *libgodist.OpError
+	var pe *transport.PeerError
+	switch {
+	case errors.As(err, &oe):
+		e.seq = C.int64_t(oe.Seq)
+		e.peer = C.int32_t(oe.Peer)
+		e.after_ms = C.int64_t(oe.After / time.Millisecond)
+		e.nmissing = C.int32_t(len(oe.Missing))
+		for i, r := range oe.Missing[:min(len(oe.Missing), len(e.missing))] {
+			e.missing[i] = C.int32_t(r)
+		}
+		putCString(unsafe.Slice((*byte)(unsafe.Pointer(&e.op[0])), len(e.op)), oe.Op)
+		putCString(unsafe.Slice((*byte)(unsafe.Pointer(&e.group[0])), len(e.group)), oe.Group)
+	case errors.As(err, &pe):
+		e.peer = C.int32_t(pe.Peer)
+	}
+	putCString(dst[errorSize:], msg)
+}
+
+// putCString copies s into dst, truncated and NUL-terminated.
+func putCString(dst []byte, s string) {
+	if len(dst) == 0 {
+		return
+	}
+	k := copy(dst[:len(dst)-1], s)
 	dst[k] = 0
 }
 
-// finish turns err into a status code and writes its message.
+// finish turns err into a status code and fills the error buffer.
 func finish(err error, buf *C.char, n C.int32_t) C.int {
 	if err == nil {
 		return statusOK
 	}
-	writeErr(buf, n, err.Error())
-	return codeOf(err)
+	rc := codeOf(err)
+	writeErr(buf, n, rc, err, err.Error())
+	return rc
 }
 
 // recoverTo converts a panic into statusInternal with the panic value and
@@ -92,6 +180,6 @@ func finish(err error, buf *C.char, n C.int32_t) C.int {
 func recoverTo(rc *C.int, buf *C.char, n C.int32_t) {
 	if r := recover(); r != nil {
 		*rc = statusInternal
-		writeErr(buf, n, fmt.Sprintf("godist: internal error (panic): %v\n%s", r, debug.Stack()))
+		writeErr(buf, n, statusInternal, nil, fmt.Sprintf("godist: internal error (panic): %v\n%s", r, debug.Stack()))
 	}
 }

@@ -1,17 +1,7 @@
 package main
 
 /*
-#include <stdint.h>
-
-#ifndef GODIST_BUF_DEFINED
-#define GODIST_BUF_DEFINED
-// godist_buf describes caller-owned memory (usually a tensor's storage):
-// data may be NULL only when nbytes is 0.
-typedef struct godist_buf {
-	void *data;
-	int64_t nbytes;
-} godist_buf;
-#endif
+#include "godist.h"
 */
 import "C"
 

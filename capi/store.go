@@ -1,18 +1,8 @@
 package main
 
 /*
-#include <stdint.h>
+#include "godist.h"
 #include <stdlib.h>
-
-#ifndef GODIST_BUF_DEFINED
-#define GODIST_BUF_DEFINED
-// godist_buf describes caller-owned memory (usually a tensor's storage):
-// data may be NULL only when nbytes is 0.
-typedef struct godist_buf {
-	void *data;
-	int64_t nbytes;
-} godist_buf;
-#endif
 */
 import "C"
 

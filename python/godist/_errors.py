@@ -7,8 +7,6 @@ matching exception class below.
 
 from __future__ import annotations
 
-import re
-
 import torch.distributed as dist
 
 # Status codes: the same table as capi/errors.go.
@@ -25,20 +23,35 @@ FORKED = 9
 TYPE = 10
 
 
-class GodistError(dist.DistBackendError):
-    """A godist operation failed. ``code`` is the Go status code; ``op``,
-    ``seq`` and ``peer`` are filled in when the message names them."""
+# Causes (godist_error.cause): what went wrong, finer than the status code.
+# The same table as capi/errors.go, by index; _lib.py checks its length at
+# load.
+CAUSES = ("", "invalid", "timeout", "peer_left", "conn_lost", "closed", "broken", "size_mismatch", "not_arrived",
+          "handle", "store", "internal", "unsupported")
 
-    def __init__(self, message: str, code: int = PEER):
+
+class GodistError(dist.DistBackendError):
+    """A godist operation failed.
+
+    ``code`` is the Go status code and ``cause`` what went wrong (a name of
+    :data:`CAUSES`, "" if not known). For the failure of an op, ``op``,
+    ``seq`` and ``group`` name it, ``peer`` is the rank at fault (None if
+    none), ``missing_ranks`` the ranks that never joined it and ``after`` the
+    timeout that passed, in seconds. Go fills these in (capi/errors.go); the
+    message says the same for people."""
+
+    def __init__(self, message: str, code: int = PEER, *, cause: str = "", op: str | None = None,
+                 seq: int | None = None, group: str | None = None, peer: int | None = None,
+                 missing_ranks=(), after: float | None = None):
         super().__init__(message)
         self.code = code
-        m = re.search(r"godist: (\w+) \(seq (\d+)\)", message)
-        self.op = m.group(1) if m else None
-        self.seq = int(m.group(2)) if m else None
-        m = re.search(r"rank (\d+)", message)
-        self.peer = int(m.group(1)) if m else None
-        m = re.search(r"rank\(s\) \[([\d ]+)\] did not join", message)
-        self.missing_ranks = [int(x) for x in m.group(1).split()] if m else []
+        self.cause = cause
+        self.op = op
+        self.seq = seq
+        self.group = group
+        self.peer = peer
+        self.missing_ranks = list(missing_ranks)
+        self.after = after
 
 
 class GodistTimeoutError(GodistError, TimeoutError):
@@ -73,17 +86,36 @@ _CLASSES = {
 }
 
 
-def make_error(code: int, message: str) -> Exception:
-    """Return the exception for a status code and Go's message."""
+def make_error(code: int, message: str, **fields) -> Exception:
+    """Return the exception for a status code, Go's message and the
+    structured fields of GodistError."""
     if not message:
         message = f"godist: operation failed with status {code}"
     if code == STORE:
         return dist.DistStoreError(message)
-    return _CLASSES.get(code, GodistError)(message, code)
+    return _CLASSES.get(code, GodistError)(message, code, **fields)
 
 
-def check(code: int, errbuf) -> int:
+def from_buffer(code: int, eb) -> Exception:
+    """The exception for a failed call's status code and its error buffer
+    (_lib.ErrorBuf: godist_error, then the message)."""
+    message = eb.message.decode("utf-8", "replace")
+    if eb.status != code:  # Go wrote nothing (a code from the Python side)
+        return make_error(code, message)
+    cause = eb.cause
+    fields = {"cause": CAUSES[cause] if 0 <= cause < len(CAUSES) else ""}
+    if eb.seq >= 0:
+        fields.update(op=eb.op.decode("utf-8", "replace"), seq=eb.seq, group=eb.group.decode("utf-8", "replace"),
+                      missing_ranks=eb.missing[:min(eb.nmissing, len(eb.missing))])
+    if eb.peer >= 0:
+        fields["peer"] = eb.peer
+    if eb.after_ms > 0:
+        fields["after"] = eb.after_ms / 1000
+    return make_error(code, message, **fields)
+
+
+def check(code: int, eb) -> int:
     """Raise for a failing status; return the code otherwise (OK, NOT_READY)."""
     if code == OK or code == NOT_READY:
         return code
-    raise make_error(code, errbuf.value.decode("utf-8", "replace"))
+    raise from_buffer(code, eb)

@@ -18,8 +18,8 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint6
 
 from . import _errors
 
-ABI_VERSION = 5
-ERRLEN = 4096
+ABI_VERSION = 6
+MESSAGE_LEN = 4096
 
 
 class GodistBuf(ctypes.Structure):
@@ -37,6 +37,28 @@ class GodistCall(ctypes.Structure):
                 ("errlen", c_int64), ("out", c_void_p), ("outbytes", c_int64)]
 
 
+class ErrorBuf(ctypes.Structure):
+    """The error buffer every call takes: C struct godist_error, then the
+    message (capi/godist.h). Go fills it in when a call fails."""
+
+    _fields_ = [("status", c_int32), ("cause", c_int32), ("seq", c_int64), ("peer", c_int32), ("nmissing", c_int32),
+                ("after_ms", c_int64), ("missing", c_int32 * 64), ("op", ctypes.c_char * 32),
+                ("group", ctypes.c_char * 128), ("message", ctypes.c_char * MESSAGE_LEN)]
+
+
+ERRLEN = ctypes.sizeof(ErrorBuf)
+
+
+def _layout() -> list[int]:
+    """godist_abi_layout's numbers for the structs declared here."""
+    out = [ctypes.sizeof(GodistBuf), GodistBuf.data.offset, GodistBuf.nbytes.offset, ctypes.sizeof(GodistCall)]
+    out += [getattr(GodistCall, name).offset for name, _ in GodistCall._fields_]
+    out.append(ErrorBuf.message.offset)  # sizeof(godist_error)
+    out += [getattr(ErrorBuf, name).offset for name, _ in ErrorBuf._fields_[:-1]]
+    out += [64, 32, 128, len(_errors.CAUSES)]
+    return out
+
+
 # fill(view, 0, pg, data, nbytes, arg0, arg1, timeout_ms, notify) writes a
 # godist_call block's inputs in one step (struct.error if one does not fit);
 # fill_wait(view, WAIT_AT, timeout_ms, notify, work) those of call_work_wait;
@@ -49,11 +71,12 @@ OUT_AT = GodistCall.out.offset
 
 _BUF = POINTER(GodistBuf)
 _U64P = POINTER(c_uint64)
-_ERR = [c_char_p, c_int32]
+_ERR = [POINTER(ErrorBuf), c_int32]
 
 # name: (restype, argtypes). Functions ending in _ERR take the error buffer.
 _DECLS = {
     "godist_abi_version": (c_int32, []),
+    "godist_abi_layout": (c_int32, [POINTER(c_int64), c_int32]),
     "godist_live_handles": (c_int64, []),
     "godist_gomaxprocs": (c_int32, []),
     "godist_runtime_stats": (None, [POINTER(c_int64), POINTER(c_int64)]),
@@ -163,7 +186,7 @@ def library_path() -> str:
 def _errbuf():
     b = getattr(_tls, "errbuf", None)
     if b is None:
-        b = _tls.errbuf = ctypes.create_string_buffer(ERRLEN)
+        b = _tls.errbuf = ErrorBuf()
     return b
 
 
@@ -255,9 +278,22 @@ def load() -> _Lib:
             ver = cdll.godist_abi_version()
             if ver != ABI_VERSION:
                 raise ImportError(f"godist: {path} has ABI version {ver}, this package needs {ABI_VERSION}; rebuild it")
+            _check_layout(cdll, path)
             _lib = _Lib(cdll)
             _loaded_pid = os.getpid()
     return _lib
+
+
+def _check_layout(cdll, path):
+    """Refuse a library whose structs are laid out other than declared here."""
+    fn = cdll.godist_abi_layout
+    fn.restype, fn.argtypes = c_int32, [POINTER(c_int64), c_int32]
+    want = _layout()
+    got = (c_int64 * len(want))()
+    n = fn(got, len(want))
+    if n != len(want) or list(got) != want:
+        raise ImportError(f"godist: {path} lays out its C structs as {list(got)[:n]}, this package declares {want}; "
+                          "capi/godist.h and python/godist/_lib.py disagree")
 
 
 def bufs(pairs):

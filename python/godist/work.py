@@ -475,7 +475,7 @@ def finish_sync(op: str, outputs, rc: int, handle: int, errbuf, source: int = -1
     earlier asynchronous ones (handle: its handle, 0 when it finished during
     the call), and return a completed Work."""
     if rc != _errors.OK:
-        raise _errors.make_error(rc, errbuf.value.decode("utf-8", "replace"))
+        raise _errors.from_buffer(rc, errbuf)
     if handle:
         exc, src = _wait_handle(_lib.load(), handle)
         if exc is not None:
@@ -505,7 +505,7 @@ def _wait_handle(lib, h):
         rc = wait(addr)
     if rc == _errors.OK:
         return None, blk.arg0
-    return _errors.make_error(rc, eb.value.decode("utf-8", "replace")), -1
+    return _errors.from_buffer(rc, eb), -1
 
 
 def combine(op: str, works) -> GodistWork:

@@ -43,7 +43,9 @@ def skip_worker(rank, n, init_file, op, late=0.0):
     except Exception as e:  # noqa: BLE001
         return {"type": type(e).__name__, "msg": str(e), "elapsed": time.monotonic() - start,
                 "is_dist_error": isinstance(e, dist.DistBackendError),
-                "missing": getattr(e, "missing_ranks", None)}
+                "missing": getattr(e, "missing_ranks", None), "cause": getattr(e, "cause", None),
+                "op": getattr(e, "op", None), "seq": getattr(e, "seq", None), "group": getattr(e, "group", None),
+                "after": getattr(e, "after", None)}
     return {"type": None, "elapsed": time.monotonic() - start}
 
 
@@ -59,6 +61,16 @@ def test_rank_that_never_joins_is_named(op, transport):
         assert f"group" in r["msg"] and "seq" in r["msg"], r["msg"]
         assert r["missing"] == [n - 1], r["msg"]
         assert r["elapsed"] < TIMEOUT_S + 5, r
+        # The same facts arrive as fields, not only in the message.
+        assert r["cause"] == "timeout", r
+        assert r["op"] == GO_OP[op] and f"godist: {r['op']} (seq {r['seq']})" in r["msg"], r
+        assert r["seq"] >= 1 and r["group"] and f'group "{r["group"]}"' in r["msg"], r
+        assert r["after"] == TIMEOUT_S, r
+
+
+# The op names Go gives each collective in its errors.
+GO_OP = {"all_reduce": "allreduce", "broadcast": "broadcast", "all_gather": "allgather", "barrier": "barrier",
+         "reduce_scatter": "reduce_scatter"}
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
@@ -85,7 +97,8 @@ def kill_worker(rank, n, init_file):
         for _ in range(5):
             dist.all_reduce(t)
     except Exception as e:  # noqa: BLE001
-        return {"msg": str(e), "elapsed": time.monotonic() - start, "is_dist_error": isinstance(e, dist.DistBackendError)}
+        return {"msg": str(e), "elapsed": time.monotonic() - start, "is_dist_error": isinstance(e, dist.DistBackendError),
+                "cause": getattr(e, "cause", None), "peer": getattr(e, "peer", None)}
     return {"msg": None, "elapsed": time.monotonic() - start}
 
 
@@ -98,6 +111,10 @@ def test_killed_peer_fails_others_quickly(n, transport):
         assert f"rank {n - 1}" in r["msg"], r["msg"]
         assert "connection lost" in r["msg"], r["msg"]
         assert r["elapsed"] < 10, r
+        # The rank whose connection failed: the dead one, or with 3 ranks
+        # possibly the survivor that relayed its loss.
+        assert r["cause"] == "conn_lost" and r["peer"] in range(n) and r["peer"] != rank, r
+        assert n > 2 or r["peer"] == n - 1, r
 
 
 def kill_during_copy_worker(rank, n, init_file, op, victim):
