@@ -19,7 +19,8 @@ func godist_abi_version() C.int32_t { return abiVersion }
 
 // abiLayout is what godist_abi_layout reports: the size and field offsets
 // of each struct of godist.h, in declaration order, with the lengths of
-// the error's arrays, then the number of error causes.
+// the error's arrays, then the number of error causes and the value of
+// GODIST_ASYNC.
 func abiLayout() []int64 {
 	var b C.godist_buf
 	var c C.godist_call
@@ -28,14 +29,14 @@ func abiLayout() []int64 {
 		int64(unsafe.Sizeof(b)), int64(unsafe.Offsetof(b.data)), int64(unsafe.Offsetof(b.nbytes)),
 		int64(unsafe.Sizeof(c)), int64(unsafe.Offsetof(c.pg)), int64(unsafe.Offsetof(c.data)),
 		int64(unsafe.Offsetof(c.nbytes)), int64(unsafe.Offsetof(c.arg0)), int64(unsafe.Offsetof(c.arg1)),
-		int64(unsafe.Offsetof(c.timeout_ms)), int64(unsafe.Offsetof(c.notify)), int64(unsafe.Offsetof(c.work)),
+		int64(unsafe.Offsetof(c.timeout_ms)), int64(unsafe.Offsetof(c.flags)), int64(unsafe.Offsetof(c.work)),
 		int64(unsafe.Offsetof(c.errbuf)), int64(unsafe.Offsetof(c.errlen)), int64(unsafe.Offsetof(c.out)),
 		int64(unsafe.Offsetof(c.outbytes)),
 		int64(unsafe.Sizeof(e)), int64(unsafe.Offsetof(e.status)), int64(unsafe.Offsetof(e.cause)),
 		int64(unsafe.Offsetof(e.seq)), int64(unsafe.Offsetof(e.peer)), int64(unsafe.Offsetof(e.nmissing)),
 		int64(unsafe.Offsetof(e.after_ms)), int64(unsafe.Offsetof(e.missing)), int64(unsafe.Offsetof(e.op)),
 		int64(unsafe.Offsetof(e.group)), int64(len(e.missing)), int64(len(e.op)), int64(len(e.group)),
-		numCauses,
+		numCauses, C.GODIST_ASYNC,
 	}
 }
 

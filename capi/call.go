@@ -44,13 +44,16 @@ func runCall(c *C.godist_call, f func(*libgodist.ProcessGroup, []byte, libgodist
 	if err != nil {
 		return finish(err, errbuf, errlen)
 	}
-	pg, err := group(c.pg)
+	flags := C.int32_t(c.flags)
+	if int64(c.flags) != int64(flags) {
+		flags = -1 // no such flags: group refuses them
+	}
+	pg, err := group(c.pg, flags)
 	if err != nil {
 		return finish(err, errbuf, errlen)
 	}
-	notify := C.int32_t(max(min(int64(c.notify), 2), -1))
-	w, err := f(pg, b, opts(C.int64_t(c.timeout_ms), notify))
-	return submitted(w, err, notify, &c.work, errbuf, errlen)
+	w, err := f(pg, b, opts(C.int64_t(c.timeout_ms), flags))
+	return submitted(w, err, flags, &c.work, errbuf, errlen)
 }
 
 // int32Arg narrows a block field that the op takes as an int32 (a rank, a

@@ -7,6 +7,13 @@
 
 #include <stdint.h>
 
+// Flags of an op (the flags argument of every collective and
+// point-to-point call). Without GODIST_ASYNC the op is synchronous: it may
+// run on the caller's thread, and if it completes during the call the call
+// returns its outcome and no work handle.
+#define GODIST_ASYNC 1  // the caller waits later: a work handle, pushed to godist_wait_any once watched
+#define GODIST_FLAGS 1  // every flag defined
+
 // godist_buf describes caller-owned memory (usually a tensor's storage):
 // data may be NULL only when nbytes is 0.
 typedef struct godist_buf {
@@ -26,7 +33,7 @@ typedef struct godist_call {
 	int64_t arg0;        // allreduce, reduce_scatter: dtype; broadcast: root; send/recv: peer
 	int64_t arg1;        // allreduce, reduce_scatter: reduce op; send/recv: tag
 	int64_t timeout_ms;  // <= 0: the group's timeout
-	int64_t notify;      // as for the other collectives
+	int64_t flags;       // GODIST_* flags, as for the other collectives
 	uint64_t work;       // out: the work's handle, 0 when none
 	char *errbuf;        // out: the error buffer (godist_error, then the message)
 	int64_t errlen;

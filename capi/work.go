@@ -65,7 +65,7 @@ func godist_work_free(h C.uint64_t) (rc C.int) {
 	return statusOK
 }
 
-// godist_work_watch has a work submitted with notify == 2 pushed to the
+// godist_work_watch has an asynchronous work (GODIST_ASYNC) pushed to the
 // completion queue when it completes (at once if it has); it returns
 // statusInvalid for an unknown handle. Watching twice is harmless.
 //
@@ -81,12 +81,12 @@ func godist_work_watch(h C.uint64_t) (rc C.int) {
 	return statusOK
 }
 
-// godist_work_claim takes a work registered with notify away from the
+// godist_work_claim takes a watched work away from the
 // completion queue, for a caller that waits for it itself: it returns
 // statusOK if the handle will never be pushed, statusNotReady if it was
 // pushed already (godist_wait_any reports or has reported it), and
-// statusInvalid for an unknown handle. A work that was not registered with
-// notify counts as claimed.
+// statusInvalid for an unknown handle. A work that was never watched counts
+// as claimed.
 //
 //export godist_work_claim
 func godist_work_claim(h C.uint64_t) (rc C.int) {
@@ -100,8 +100,8 @@ func godist_work_claim(h C.uint64_t) (rc C.int) {
 	return statusNotReady
 }
 
-// godist_wait_any waits up to timeout_ms for completed works registered with
-// notify, writes up to max of their handles to out and their number to *n.
+// godist_wait_any waits up to timeout_ms for completed watched works,
+// writes up to max of their handles to out and their number to *n.
 //
 //export godist_wait_any
 func godist_wait_any(timeoutMs C.int64_t, out *C.uint64_t, max C.int32_t, n *C.int32_t) (rc C.int) {
@@ -122,7 +122,7 @@ type completionQueue struct {
 	mu     sync.Mutex
 	q      []C.uint64_t
 	signal chan struct{}
-	// watched maps a handle registered with notify to its state: one of
+	// watched maps a watched handle to its state: one of
 	// notePending, noteClaimed (a waiter took it; never pushed) or
 	// notePushed.
 	watched sync.Map // uint64 -> *atomic.Int32

@@ -78,7 +78,7 @@ def _one(tensors):
     return None
 
 
-def _call(fn, pg, t, arg0, arg1, timeout_ms, notify):
+def _call(fn, pg, t, arg0, arg1, timeout_ms, flags):
     """One raw godist_call_* function fn on tensor t (None: no buffer)
     through this thread's godist_call block, as (status, work handle, error
     buffer); None if an argument does not fit its field (the caller takes
@@ -86,9 +86,9 @@ def _call(fn, pg, t, arg0, arg1, timeout_ms, notify):
     view, addr, blk, eb = _lib.call_block()
     try:
         if t is None:
-            fill(view, 0, pg, 0, 0, arg0, arg1, timeout_ms, notify)
+            fill(view, 0, pg, 0, 0, arg0, arg1, timeout_ms, flags)
         else:
-            fill(view, 0, pg, t.data_ptr(), t.nbytes, arg0, arg1, timeout_ms, notify)
+            fill(view, 0, pg, t.data_ptr(), t.nbytes, arg0, arg1, timeout_ms, flags)
     except struct.error:
         return None
     return fn(addr), blk.work, eb

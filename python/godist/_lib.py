@@ -19,6 +19,9 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint6
 from . import _errors
 
 ABI_VERSION = 6
+# GODIST_ASYNC (capi/godist.h): an asynchronous op, whose handle Go pushes
+# to the completion queue once watched. Without it an op is synchronous.
+ASYNC = 1
 MESSAGE_LEN = 4096
 
 
@@ -33,7 +36,7 @@ class GodistCall(ctypes.Structure):
     (capi/call.go)."""
 
     _fields_ = [("pg", c_uint64), ("data", c_void_p), ("nbytes", c_int64), ("arg0", c_int64), ("arg1", c_int64),
-                ("timeout_ms", c_int64), ("notify", c_int64), ("work", c_uint64), ("errbuf", c_void_p),
+                ("timeout_ms", c_int64), ("flags", c_int64), ("work", c_uint64), ("errbuf", c_void_p),
                 ("errlen", c_int64), ("out", c_void_p), ("outbytes", c_int64)]
 
 
@@ -55,13 +58,13 @@ def _layout() -> list[int]:
     out += [getattr(GodistCall, name).offset for name, _ in GodistCall._fields_]
     out.append(ErrorBuf.message.offset)  # sizeof(godist_error)
     out += [getattr(ErrorBuf, name).offset for name, _ in ErrorBuf._fields_[:-1]]
-    out += [64, 32, 128, len(_errors.CAUSES)]
+    out += [64, 32, 128, len(_errors.CAUSES), ASYNC]
     return out
 
 
-# fill(view, 0, pg, data, nbytes, arg0, arg1, timeout_ms, notify) writes a
+# fill(view, 0, pg, data, nbytes, arg0, arg1, timeout_ms, flags) writes a
 # godist_call block's inputs in one step (struct.error if one does not fit);
-# fill_wait(view, WAIT_AT, timeout_ms, notify, work) those of call_work_wait;
+# fill_wait(view, WAIT_AT, timeout_ms, flags, work) those of call_work_wait;
 # fill_out(view, OUT_AT, out, outbytes) the output of a two-buffer op.
 fill = struct.Struct("=QQqqqqq").pack_into
 fill_wait = struct.Struct("=qqQ").pack_into
@@ -88,7 +91,7 @@ _DECLS = {
     "godist_pg_close": (c_int, [c_uint64] + _ERR),
     "godist_pg_abort": (c_int, [c_uint64] + _ERR),
     "godist_pg_seq": (c_int, [c_uint64, _U64P] + _ERR),
-    # collectives: ..., timeout_ms, notify, *work, err, errlen
+    # collectives: ..., timeout_ms, flags (0 or ASYNC), *work, err, errlen
     "godist_allreduce": (c_int, [c_uint64, _BUF, c_int32, c_int32, c_double, c_int64, c_int32, _U64P] + _ERR),
     "godist_broadcast": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int32, _U64P] + _ERR),
     "godist_reduce": (c_int, [c_uint64, _BUF, c_int32, c_int32, c_int32, c_double, c_int64, c_int32, _U64P] + _ERR),

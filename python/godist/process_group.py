@@ -23,7 +23,7 @@ import torch.distributed as dist
 from . import _checks, _errors, _lib, _rendezvous, _types
 from ._args import (_HAS_ASYNC_FLAG, _SIMPLE, _SUM, _TIMEOUTS, _async, _call, _chunks, _desc, _fast2, _nbytes, _one,
                     _Outputs, _profiling, _sync)
-from ._lib import OUT_AT, fill, fill_out
+from ._lib import ASYNC, OUT_AT, fill, fill_out
 from .work import GodistWork, _Done, adopt, combine, finish_sync, submit
 
 # The all_reduce fast path's names, bound once.
@@ -176,14 +176,14 @@ class GodistProcessGroup(dist.ProcessGroup):
         """The fast path of a two-buffer op (capi/call_2buf.go): one raw
         call fn with contiguous CPU tensors inp and out (even splits) in
         this thread's godist_call block. The caller checked _fast2(opts)."""
-        notify = 2 if opts.asyncOp else -1
+        flags = ASYNC if opts.asyncOp else 0
         ms = _TIMEOUTS.get(opts.timeout)
         view, addr, blk, eb = _lib.call_block()
         fill(view, 0, self._h, inp.data_ptr(), inp.nbytes, arg0, arg1,
-             ms if ms is not None else _types.fast_timeout(opts), notify)
+             ms if ms is not None else _types.fast_timeout(opts), flags)
         fill_out(view, OUT_AT, out.data_ptr(), out.nbytes)
         rc = fn(addr)
-        if notify < 0 or rc != _errors.OK:
+        if not flags or rc != _errors.OK:
             return self._track(finish_sync(op, [out], rc, blk.work, eb))
         return self._track(adopt(op, [out], blk.work, keep=(inp, out)))
 
@@ -200,13 +200,13 @@ class GodistProcessGroup(dist.ProcessGroup):
                 rop = opts.reduceOp
                 code = hash(rop) if _HASH_IS_CODE else 0 if rop == _SUM else rop.op.value
                 if dt is not None and code in _SIMPLE:
-                    notify = 2 if opts.asyncOp else -1
+                    flags = ASYNC if opts.asyncOp else 0
                     ms = _TIMEOUTS.get(opts.timeout)
                     view, addr, blk, eb = _lib.call_block()
                     fill(view, 0, self._h, t.data_ptr(), t.nbytes, dt, code,
-                         ms if ms is not None else _types.fast_timeout(opts), notify)
+                         ms if ms is not None else _types.fast_timeout(opts), flags)
                     rc = self._call_allreduce(addr)
-                    if notify < 0:
+                    if not flags:
                         if rc == _OK and not blk.work and self._coalesced is None:
                             w = _Done()  # finish_sync's success, inline
                             w._op, w._outputs = "allreduce", tensors
@@ -223,7 +223,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         buf = outs.prep(t)
         b = self._bufs([_desc(buf)])
         timeout, lib, h = self._t(opts), _lib.load(), self._h
-        calls = [lambda n, w: lib.allreduce(h, b, dt, code, factor, timeout, n, w)]
+        calls = [lambda fl, w: lib.allreduce(h, b, dt, code, factor, timeout, fl, w)]
         return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts)))
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -238,7 +238,7 @@ class GodistProcessGroup(dist.ProcessGroup):
             buf = outs.prep(t)
             b = self._bufs([_desc(buf)])
             keep += [buf, b]
-            calls.append(lambda n, w, b=b, dt=dt: lib.allreduce(h, b, dt, code, factor, timeout, n, w))
+            calls.append(lambda fl, w, b=b, dt=dt: lib.allreduce(h, b, dt, code, factor, timeout, fl, w))
         return self._track(submit(op, ts, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
     def broadcast(self, tensors, opts=None):
@@ -247,7 +247,7 @@ class GodistProcessGroup(dist.ProcessGroup):
             root = opts.rootRank
             r = None
             if t is not None and opts.rootTensor == 0 and type(root) is int and 0 <= root < self._size:
-                r = _call(self._call_broadcast, self._h, t, root, 0, _types.fast_timeout(opts), -1)
+                r = _call(self._call_broadcast, self._h, t, root, 0, _types.fast_timeout(opts), 0)
             if r is not None:
                 return self._track(finish_sync("broadcast", tensors, *r))
         op = "broadcast"
@@ -259,7 +259,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         buf = outs.prep(t)
         b = self._bufs([_desc(buf)])
         timeout, lib, h = self._t(opts), _lib.load(), self._h
-        calls = [lambda n, w: lib.broadcast(h, b, root, timeout, n, w)]
+        calls = [lambda fl, w: lib.broadcast(h, b, root, timeout, fl, w)]
         return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts)))
 
     def reduce(self, tensors, opts=None):
@@ -272,14 +272,14 @@ class GodistProcessGroup(dist.ProcessGroup):
         buf = outs.prep(t)
         b = self._bufs([_desc(buf)])
         timeout, lib, h = self._t(opts), _lib.load(), self._h
-        calls = [lambda n, w: lib.reduce(h, b, root, dt, code, factor, timeout, n, w)]
+        calls = [lambda fl, w: lib.reduce(h, b, root, dt, code, factor, timeout, fl, w)]
         return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts)))
 
     def _allgather_call(self, inp, out_pairs, timeout):
         lib, h = _lib.load(), self._h
         ib = self._bufs([_desc(inp)])
         ob = self._bufs(out_pairs)
-        return (lambda n, w: lib.allgather(h, ib, ob, len(out_pairs), timeout, n, w)), (ib, ob)
+        return (lambda fl, w: lib.allgather(h, ib, ob, len(out_pairs), timeout, fl, w)), (ib, ob)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         op = "allgather"
@@ -363,7 +363,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         lib, h, timeout = _lib.load(), self._h, self._t(opts)
         ib, ob = self._bufs([_desc(inp)]), self._bufs(pairs)
         keep += [ib, ob]
-        calls = [lambda n, w: lib.gather(h, ib, ob, len(pairs), root, timeout, n, w)]
+        calls = [lambda fl, w: lib.gather(h, ib, ob, len(pairs), root, timeout, fl, w)]
         return self._track(submit(op, output_tensors, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
@@ -385,14 +385,14 @@ class GodistProcessGroup(dist.ProcessGroup):
         lib, h, timeout = _lib.load(), self._h, self._t(opts)
         ib, ob = self._bufs(pairs), self._bufs([_desc(obuf)])
         keep += [ib, ob]
-        calls = [lambda n, w: lib.scatter(h, ib, len(pairs), ob, root, timeout, n, w)]
+        calls = [lambda fl, w: lib.scatter(h, ib, len(pairs), ob, root, timeout, fl, w)]
         return self._track(submit(op, output_tensors, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
 
     def _reduce_scatter_call(self, op, in_pairs, out, opts, dt):
         code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
         lib, h, timeout = _lib.load(), self._h, self._t(opts)
         ib, ob = self._bufs(in_pairs), self._bufs([_desc(out)])
-        return (lambda n, w: lib.reduce_scatter(h, ib, len(in_pairs), ob, dt, code, factor, timeout, n, w)), (ib, ob)
+        return (lambda fl, w: lib.reduce_scatter(h, ib, len(in_pairs), ob, dt, code, factor, timeout, fl, w)), (ib, ob)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         op = "reduce_scatter"
@@ -459,7 +459,7 @@ class GodistProcessGroup(dist.ProcessGroup):
     def _alltoall(self, op, in_pairs, out_pairs, result, outs, keep, opts):
         lib, h, timeout = _lib.load(), self._h, self._t(opts)
         ib, ob = self._bufs(in_pairs), self._bufs(out_pairs)
-        calls = [lambda n, w: lib.alltoall(h, ib, len(in_pairs), ob, len(out_pairs), timeout, n, w)]
+        calls = [lambda fl, w: lib.alltoall(h, ib, len(in_pairs), ob, len(out_pairs), timeout, fl, w)]
         return self._track(submit(op, result, calls, outs.finalizer(), keep=(keep, ib, ob), async_op=_async(opts)))
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
@@ -506,11 +506,11 @@ class GodistProcessGroup(dist.ProcessGroup):
         return pairs
 
     def barrier(self, opts=None):
-        r = _call(self._call_barrier, self._h, None, 0, 0, _types.fast_timeout(opts), -1) if _sync(opts) else None
+        r = _call(self._call_barrier, self._h, None, 0, 0, _types.fast_timeout(opts), 0) if _sync(opts) else None
         if r is not None:
             return self._track(finish_sync("barrier", [], *r))
         lib, h, timeout = _lib.load(), self._h, self._t(opts)
-        calls = [lambda n, w: lib.barrier(h, timeout, n, w)]
+        calls = [lambda fl, w: lib.barrier(h, timeout, fl, w)]
         return self._track(submit("barrier", [], calls, async_op=_async(opts)))
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
@@ -519,7 +519,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         wait_all_ranks, else the first); the other ranks fail too."""
         lib, h = _lib.load(), self._h
         ms = _types.timeout_ms(timeout) if timeout is not None else self._timeout_ms()
-        calls = [lambda n, w: lib.monitored_barrier(h, ms, 1 if wait_all_ranks else 0, n, w)]
+        calls = [lambda fl, w: lib.monitored_barrier(h, ms, 1 if wait_all_ranks else 0, fl, w)]
         return self._track(submit("monitored_barrier", [], calls, async_op=False))
 
     # ----- point to point -----------------------------------------------
@@ -527,7 +527,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         t = _one(tensors)
         r = None
         if t is not None and type(dstRank) is int and 0 <= dstRank < self._size and not _lib._forked and not _profiling():
-            r = _call(self._call_send, self._h, t, dstRank, tag, 0, -1)
+            r = _call(self._call_send, self._h, t, dstRank, tag, 0, 0)
         if r is not None:
             # Sends are eager: done when the call returns.
             return self._track(finish_sync("send", tensors, *r))
@@ -536,7 +536,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         dst = _checks.rank(op, "destination rank", dstRank, self._size)
         lib, h = _lib.load(), self._h
         b = self._bufs([_desc(t)])
-        calls = [lambda n, w: lib.send(h, b, dst, int(tag), 0, n, w)]
+        calls = [lambda fl, w: lib.send(h, b, dst, int(tag), 0, fl, w)]
         # Sends are eager: done when the call returns, so no completion hop.
         return self._track(submit(op, [t], calls, keep=(t, b), async_op=False))
 
@@ -544,7 +544,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         t = _one(tensors)
         r = None
         if t is not None and type(srcRank) is int and 0 <= srcRank < self._size and not _lib._forked and not _profiling():
-            r = _call(self._call_recv, self._h, t, srcRank, tag, 0, -1)
+            r = _call(self._call_recv, self._h, t, srcRank, tag, 0, 0)
         if r is not None:
             # A message already here completes the receive during the call;
             # otherwise the Work holds its handle like any asynchronous op.
@@ -568,7 +568,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         buf = outs.prep(t)
         lib, h = _lib.load(), self._h
         b = self._bufs([_desc(buf)])
-        calls = [lambda n, w: lib.recv(h, b, src, int(tag), 0, n, w)]
+        calls = [lambda fl, w: lib.recv(h, b, src, int(tag), 0, fl, w)]
         return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=True))
 
     # ----- names torch used before the 2.13 rename ------------------------

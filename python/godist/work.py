@@ -1,6 +1,6 @@
 """Work objects and the completion thread.
 
-An asynchronous op is handed to Go with ``notify=2`` and held here (with its
+An asynchronous op is handed to Go with ``flags=ASYNC`` and held here (with its
 buffers). A caller that waits for it settles it on its own thread, waiting
 in Go. Once someone watches it instead (``get_future``, ``is_completed``),
 ``godist_work_watch`` has Go push its handle to a completion queue when it
@@ -385,7 +385,7 @@ atexit.register(completer.stop)
 
 def submit(op: str, outputs, calls, finalize=None, keep=None, async_op=True) -> GodistWork:
     """Run one op made of Go calls. ``calls`` is a list of functions, each
-    taking (notify, work_ptr) and calling one exported function. Returns a
+    taking (flags, work_ptr) and calling one exported function. Returns a
     GodistWork, completed already when async_op is False.
 
     While torch's profiler runs, the op shows in it as ``godist:<op>`` (its
@@ -401,16 +401,16 @@ def _submit(op, outputs, calls, finalize, keep, async_op):
     lib = _lib.load()
     work = GodistWork(op, outputs)
     handles = []
-    # -1: a synchronous caller; Go returns the outcome of an op that
+    # 0: a synchronous caller; Go returns the outcome of an op that
     # completed during the call (inline collectives, sends) with no handle.
-    # 2: asynchronous, and Go does not report completion until the work is
-    # watched (get_future, is_completed); a caller that waits settles it
-    # on its own thread.
-    notify = 2 if async_op else -1
+    # ASYNC: Go does not report completion until the work is watched
+    # (get_future, is_completed); a caller that waits settles it on its own
+    # thread.
+    flags = _lib.ASYNC if async_op else 0
     try:
         for call in calls:
             h = ctypes.c_uint64()
-            call(notify, ctypes.byref(h))
+            call(flags, ctypes.byref(h))
             if h.value:
                 handles.append(h.value)
     except Exception:
@@ -470,7 +470,7 @@ class _Done(GodistWork):
 
 
 def finish_sync(op: str, outputs, rc: int, handle: int, errbuf, source: int = -1) -> GodistWork:
-    """The end of a synchronous fast path, after a raw call with notify -1:
+    """The end of a synchronous fast path, after a raw call without ASYNC:
     raise the call's error, else wait for the op if Go queued it behind
     earlier asynchronous ones (handle: its handle, 0 when it finished during
     the call), and return a completed Work."""

@@ -128,13 +128,19 @@ def call_block_worker(rank, n, init_file):
     ]
     problems = []
     for op, fields, text in cases:
-        fill(view, 0, *fields, 0, -1)
+        fill(view, 0, *fields, 0, 0)
         rc = getattr(raw, "call_" + op)(addr)
-        msg = eb.value.decode()
+        msg = eb.message.decode()
         if rc != _errors.INVALID or text not in msg:
             problems.append(f"{op} {fields[3:]}: rc {rc}, message {msg!r} (want {text!r})")
     if raw.call_barrier(None) != _errors.INVALID:
         problems.append("NULL block accepted")
+    for flags in (-1, 2, 1 << 40):  # only GODIST_ASYNC (1) is defined
+        fill(view, 0, backend._h, t.data_ptr(), t.nbytes, 0, 0, 0, flags)
+        rc = raw.call_broadcast(addr)
+        msg = eb.message.decode()
+        if rc != _errors.INVALID or "unknown flags" not in msg:
+            problems.append(f"flags {flags}: rc {rc}, message {msg!r}")
     # Two-buffer entries: the output's fields, and sizes that do not split
     # into one part per rank.
     big = torch.zeros(4 * n)
@@ -153,10 +159,10 @@ def call_block_worker(rank, n, init_file):
              "output list[0] has 18 bytes, expected 16"),
         ]
     for op, fields, out, text in cases2:
-        fill(view, 0, backend._h, *fields, 0, -1)
+        fill(view, 0, backend._h, *fields, 0, 0)
         fill_out(view, OUT_AT, *out)
         rc = getattr(raw, "call_" + op)(addr)
-        msg = eb.value.decode()
+        msg = eb.message.decode()
         if rc != _errors.INVALID or text not in msg:
             problems.append(f"{op} {fields[2:]} out {out}: rc {rc}, message {msg!r} (want {text!r})")
     # The same ops through torch, synchronous and asynchronous (the fast
@@ -186,14 +192,14 @@ def call_block_worker(rank, n, init_file):
         if not torch.equal(s, want):
             problems.append(f"reduce_scatter_tensor MAX async={async_op}: {s.tolist()} != {want.tolist()}")
     # A good block still works after the bad ones, through the same entry.
-    fill(view, 0, backend._h, t.data_ptr(), t.nbytes, 2, 0, 0, -1)
+    fill(view, 0, backend._h, t.data_ptr(), t.nbytes, 2, 0, 0, 0)
     rc = raw.call_allreduce(addr)
     if rc != _errors.OK or blk.work != 0 or not torch.equal(t, torch.full((4,), float(n))):
         problems.append(f"good block: rc {rc}, work {blk.work}, {t.tolist()}")
     # call_work_wait: an asynchronous op's handle is waited for and freed
     # (a second wait finds it gone); a NULL block is refused.
     live = _lib.load().live_handles()
-    fill(view, 0, backend._h, t.data_ptr(), t.nbytes, 2, 0, 0, 2)
+    fill(view, 0, backend._h, t.data_ptr(), t.nbytes, 2, 0, 0, _lib.ASYNC)
     rc, h = raw.call_allreduce(addr), blk.work
     fill_wait(view, WAIT_AT, 60_000, 0, h)
     rc2 = raw.call_work_wait(addr)
@@ -203,8 +209,8 @@ def call_block_worker(rank, n, init_file):
         problems.append(f"call_work_wait left {_lib.load().live_handles() - live} handles")
     fill_wait(view, WAIT_AT, 0, 0, h)
     rc = raw.call_work_wait(addr)
-    if rc != _errors.INVALID or "handle" not in eb.value.decode():
-        problems.append(f"call_work_wait on a freed handle: rc {rc}, {eb.value.decode()!r}")
+    if rc != _errors.INVALID or "handle" not in eb.message.decode():
+        problems.append(f"call_work_wait on a freed handle: rc {rc}, {eb.message.decode()!r}")
     if raw.call_work_wait(None) != _errors.INVALID:
         problems.append("call_work_wait: NULL block accepted")
     dist.destroy_process_group()
