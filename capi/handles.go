@@ -8,6 +8,13 @@ import (
 // handleTable maps opaque uint64 handles, as held by C and Python, to Go
 // objects. Handles are never reused, so a stale handle is detected instead
 // of aliasing a newer object. Safe for concurrent use.
+//
+// Handles that C or Python hold for as long as they like (groups, stores,
+// works, which a caller may free twice or use after closing) stay here
+// rather than in github.com/mattn/go-pointer: its keys are 1-byte malloc
+// blocks freed by Unref, which the next Save gets back, so a stale key
+// restores whatever object was saved after it. go-pointer suits the user
+// data of C callbacks whose lifetime Go controls.
 type handleTable struct {
 	mu   sync.Mutex
 	next uint64
