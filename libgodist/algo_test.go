@@ -93,3 +93,19 @@ func requireNoErrs(t testing.TB, errs []error) {
 		require.NoError(t, err, "rank %d", r)
 	}
 }
+
+// checkAllReduceAlgo runs algo, an all-reduce algorithm, at every world
+// size from minSize and every count, and checks that every rank ends with
+// the sum.
+func checkAllReduceAlgo(t *testing.T, minSize int, tune Tuning, algo func(*comm, []byte, reduceSpec) error) {
+	forSizes(t, minSize, func(t *testing.T, n, count int) {
+		bufs := make([][]byte, n)
+		for r := range bufs {
+			bufs[r] = i64s(algoInput(r, count)...)
+		}
+		requireNoErrs(t, onComms(t, n, tune, false, func(c *comm) error { return algo(c, bufs[c.rank], sumI64) }))
+		for r := range bufs {
+			require.Equal(t, sumOf(n, count), toI64(bufs[r]), "rank %d", r)
+		}
+	})
+}

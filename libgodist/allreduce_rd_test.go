@@ -1,20 +1,5 @@
 package libgodist
 
-import (
-	"testing"
+import "testing"
 
-	"github.com/stretchr/testify/require"
-)
-
-func TestAllReduceRD(t *testing.T) {
-	forSizes(t, 1, func(t *testing.T, n, count int) {
-		bufs := make([][]byte, n)
-		for r := range bufs {
-			bufs[r] = i64s(algoInput(r, count)...)
-		}
-		requireNoErrs(t, onComms(t, n, DefaultTuning(), false, func(c *comm) error { return allReduceRD(c, bufs[c.rank], sumI64) }))
-		for r := range bufs {
-			require.Equal(t, sumOf(n, count), toI64(bufs[r]), "rank %d", r)
-		}
-	})
-}
+func TestAllReduceRD(t *testing.T) { checkAllReduceAlgo(t, 1, DefaultTuning(), allReduceRD) }
