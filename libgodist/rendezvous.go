@@ -134,6 +134,9 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 		joined, routed, err := o.Join(ctx, s, tr)
 		if err != nil {
 			tr.Abort(err)
+			pg.mu.Lock()
+			pg.tr = nil // never started: Close has nothing to wait for
+			pg.mu.Unlock()
 			return fmt.Errorf("godist: group %q: setting up its offload: %w", pg.cfg.Group, err)
 		}
 		if joined != nil {

@@ -1,6 +1,8 @@
 package libgodist
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -11,6 +13,8 @@ import (
 	"github.com/godist/godist/assemble"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/reduce"
+	"github.com/godist/godist/libgodist/transport"
+	"github.com/godist/godist/libgodist/wire"
 )
 
 // backends assembles a group's backends as capi does, listening on
@@ -216,4 +220,53 @@ func randBytes(n int, seed uint64) []byte {
 		b[i] = byte(x)
 	}
 	return b
+}
+
+// failingOffloader agrees to nothing and fails its Join.
+type failingOffloader struct{}
+
+func (failingOffloader) Describe(*wire.PeerRecord) {}
+func (failingOffloader) Close()                    {}
+func (failingOffloader) Join(context.Context, *backend.Setup, transport.Transport) (backend.Offload, transport.Transport, error) {
+	return nil, nil, errors.New("no offload today")
+}
+
+// TestOffloaderFailureClosesCleanly: a Join that fails fails Connect on
+// every rank, and Close then returns instead of waiting for a group that
+// never started.
+func TestOffloaderFailureClosesCleanly(t *testing.T) {
+	const n = 2
+	pgs := make([]*ProcessGroup, n)
+	recs := make([][]byte, n)
+	for r := range pgs {
+		set := backends(t, assemble.TransportTCP)
+		set.Offloaders = []backend.Offloader{failingOffloader{}}
+		pg, err := New(Config{Rank: r, Size: n, Group: "failing", Timeout: 5 * time.Second}, set)
+		require.NoError(t, err)
+		pgs[r] = pg
+		recs[r], err = pg.LocalRecord()
+		require.NoError(t, err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, pg := range pgs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = pg.Connect(recs, 5*time.Second) }()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.ErrorContains(t, err, "no offload today", "rank %d", r)
+	}
+	closed := make(chan struct{})
+	go func() {
+		for _, pg := range pgs {
+			pg.Close()
+		}
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close hung after a failed Connect")
+	}
 }
