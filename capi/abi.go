@@ -12,7 +12,7 @@ import (
 
 // abiVersion is bumped on any incompatible change to the exported functions.
 // python/godist/_lib.py refuses to load a library with another version.
-const abiVersion = 6
+const abiVersion = 7
 
 //export godist_abi_version
 func godist_abi_version() C.int32_t { return abiVersion }
@@ -23,15 +23,17 @@ func godist_abi_version() C.int32_t { return abiVersion }
 // GODIST_ASYNC.
 func abiLayout() []int64 {
 	var b C.godist_buf
-	var c C.godist_call
+	var c C.godist_op
 	var e C.godist_error
 	return []int64{
 		int64(unsafe.Sizeof(b)), int64(unsafe.Offsetof(b.data)), int64(unsafe.Offsetof(b.nbytes)),
-		int64(unsafe.Sizeof(c)), int64(unsafe.Offsetof(c.pg)), int64(unsafe.Offsetof(c.data)),
-		int64(unsafe.Offsetof(c.nbytes)), int64(unsafe.Offsetof(c.arg0)), int64(unsafe.Offsetof(c.arg1)),
-		int64(unsafe.Offsetof(c.timeout_ms)), int64(unsafe.Offsetof(c.flags)), int64(unsafe.Offsetof(c.work)),
-		int64(unsafe.Offsetof(c.errbuf)), int64(unsafe.Offsetof(c.errlen)), int64(unsafe.Offsetof(c.out)),
-		int64(unsafe.Offsetof(c.outbytes)),
+		int64(unsafe.Sizeof(c)), int64(unsafe.Offsetof(c.pg)), int64(unsafe.Offsetof(c.buf)),
+		int64(unsafe.Offsetof(c.timeout_ms)), int64(unsafe.Offsetof(c.flags)), int64(unsafe.Offsetof(c.dtype)),
+		int64(unsafe.Offsetof(c.reduce_op)), int64(unsafe.Offsetof(c.root)), int64(unsafe.Offsetof(c.peer)),
+		int64(unsafe.Offsetof(c.wait_all)), int64(unsafe.Offsetof(c.tag)), int64(unsafe.Offsetof(c.factor)),
+		int64(unsafe.Offsetof(c.out)), int64(unsafe.Offsetof(c.ins)), int64(unsafe.Offsetof(c.outs)),
+		int64(unsafe.Offsetof(c.nins)), int64(unsafe.Offsetof(c.nouts)), int64(unsafe.Offsetof(c.work)),
+		int64(unsafe.Offsetof(c.source)), int64(unsafe.Offsetof(c.errlen)), int64(unsafe.Offsetof(c.errbuf)),
 		int64(unsafe.Sizeof(e)), int64(unsafe.Offsetof(e.status)), int64(unsafe.Offsetof(e.cause)),
 		int64(unsafe.Offsetof(e.seq)), int64(unsafe.Offsetof(e.peer)), int64(unsafe.Offsetof(e.nmissing)),
 		int64(unsafe.Offsetof(e.after_ms)), int64(unsafe.Offsetof(e.missing)), int64(unsafe.Offsetof(e.op)),

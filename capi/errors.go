@@ -85,7 +85,7 @@ type errorCode struct {
 }
 
 // errorCodes is filled by init functions of the files that own each family
-// of errors (collectives.go, store.go), in registration order.
+// of errors (pg.go, store.go), in registration order.
 var errorCodes []errorCode
 
 func registerCode(code int, match func(error) bool) {

@@ -7,10 +7,9 @@
 
 #include <stdint.h>
 
-// Flags of an op (the flags argument of every collective and
-// point-to-point call). Without GODIST_ASYNC the op is synchronous: it may
-// run on the caller's thread, and if it completes during the call the call
-// returns its outcome and no work handle.
+// Flags of an op (godist_op.flags). Without GODIST_ASYNC the op is
+// synchronous: it may run on the caller's thread, and if it completes
+// during the call the call returns its outcome and no work handle.
 #define GODIST_ASYNC 1  // the caller waits later: a work handle, pushed to godist_wait_any once watched
 #define GODIST_FLAGS 1  // every flag defined
 
@@ -21,25 +20,41 @@ typedef struct godist_buf {
 	int64_t nbytes;
 } godist_buf;
 
-// godist_call carries the arguments of one op on one or two buffers
-// through the godist_call_* entry points, so that the call crosses the C
-// boundary with one pointer. A calling thread keeps one block and refills
-// its leading fields for every call (the error buffer stays); the call
-// reads the block and writes work (and, on failure, the error buffer).
-typedef struct godist_call {
-	uint64_t pg;         // process group handle
-	void *data;          // the buffer; NULL only with nbytes 0
-	int64_t nbytes;
-	int64_t arg0;        // allreduce, reduce_scatter: dtype; broadcast: root; send/recv: peer
-	int64_t arg1;        // allreduce, reduce_scatter: reduce op; send/recv: tag
-	int64_t timeout_ms;  // <= 0: the group's timeout
-	int64_t flags;       // GODIST_* flags, as for the other collectives
-	uint64_t work;       // out: the work's handle, 0 when none
-	char *errbuf;        // out: the error buffer (godist_error, then the message)
-	int64_t errlen;
-	void *out;           // two-buffer ops (allgather, reduce_scatter, alltoall): the output
-	int64_t outbytes;
-} godist_call;
+// godist_op carries the arguments of one call: every collective and
+// point-to-point entry point (godist_allreduce, ...) and godist_work_wait
+// take a pointer to one. Each op reads the fields its comment names and
+// ignores the others, so a caller may keep one block per thread and
+// refill only what an op reads. The call writes work and source (and, on
+// failure, the error buffer).
+//
+// Buffers: buf is the op's buffer (in place, or its input) and out its
+// output. Ops with one buffer per rank take a list (ins, nins; outs,
+// nouts); allgather, reduce_scatter and alltoall given no list (n 0) split
+// buf or out into as many equal parts as the group has ranks instead, as
+// all_gather_into_tensor, reduce_scatter_tensor and all_to_all_single
+// without split sizes do.
+typedef struct godist_op {
+	uint64_t pg;             // process group handle
+	godist_buf buf;          // allreduce, broadcast, reduce, send, recv: the buffer; allgather, gather, reduce_scatter, alltoall: the input
+	int64_t timeout_ms;      // <= 0: the group's timeout; godist_work_wait: how long to wait (0 polls)
+	int32_t flags;           // GODIST_* flags
+	int32_t dtype;           // allreduce, reduce, reduce_scatter: the element type (python/godist/_types.py)
+	int32_t reduce_op;       // the same ops: the reduction (c10d's RedOpType numbering)
+	int32_t root;            // broadcast, reduce, gather, scatter: the root rank
+	int32_t peer;            // send: the destination; recv: the source, -1 for any
+	int32_t wait_all;        // monitored_barrier: name every late rank, not only the first
+	int64_t tag;             // send, recv
+	double factor;           // reduce_op PREMUL_SUM: the factor
+	godist_buf out;          // allgather, reduce_scatter, alltoall (no list): the output; scatter: the output
+	const godist_buf *ins;   // reduce_scatter, alltoall: one input per rank; scatter: the root's inputs
+	const godist_buf *outs;  // allgather, alltoall: one output per rank; gather: the root's outputs
+	int32_t nins;
+	int32_t nouts;
+	uint64_t work;           // out: the work's handle, 0 when none; godist_work_wait: in, the handle
+	int32_t source;          // out (godist_work_wait): a receive's sender, -1 for other ops
+	int32_t errlen;          // the error buffer's size
+	char *errbuf;            // the error buffer (godist_error, then the message)
+} godist_op;
 
 // godist_error is the start of the error buffer (errbuf, errlen) that every
 // exported function takes: on failure Go fills it in and writes the

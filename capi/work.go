@@ -1,55 +1,58 @@
 package main
 
 /*
-#include <stdint.h>
+#include "godist.h"
 */
 import "C"
 
 import (
 	"errors"
+	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/godist/godist/libgodist"
 )
 
-// godist_work_wait waits up to timeout_ms (0 polls) for a work to complete.
-// It returns statusNotReady if it has not, else the work's outcome; *source
-// receives the sender's rank for a receive (-1 otherwise). The handle stays
-// valid until godist_work_free.
+// godist_work_wait waits up to timeout_ms (0 polls) for the work whose
+// handle is in work. It returns statusNotReady, leaving the handle as it
+// was, if the work has not completed. Else it collects the work: it frees
+// the handle, stores the sender's rank of a receive in source (-1 for
+// other ops) and returns the work's outcome. Exactly one caller collects a
+// work: any other, and any later call, gets statusInvalid with cause
+// "handle" (handles are never reused).
 //
 //export godist_work_wait
-func godist_work_wait(h C.uint64_t, timeoutMs C.int64_t, source *C.int32_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+func godist_work_wait(c *C.godist_op) (rc C.int) {
+	if c == nil {
+		return statusInvalid
+	}
+	errbuf, errlen := c.errbuf, c.errlen
 	defer recoverTo(&rc, errbuf, errlen)
-	w, done, err := waitWork(uint64(h), int64(timeoutMs))
-	if !done {
+	c.source = -1
+	h := uint64(c.work)
+	w, err := lookup[*libgodist.Work](h)
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	if err := w.Wait(time.Duration(c.timeout_ms) * time.Millisecond); errors.Is(err, libgodist.ErrNotReady) {
 		return statusNotReady
 	}
-	if w != nil && source != nil {
-		*source = C.int32_t(w.Source())
+	if !freeWork(h) {
+		return finish(fmt.Errorf("%w %d: collected by another caller", errInvalidHandle, h), errbuf, errlen)
 	}
-	return finish(err, errbuf, errlen)
+	c.source = C.int32_t(w.Source())
+	return finish(w.Err(), errbuf, errlen)
 }
 
-// waitWork waits up to timeoutMs for work h; done is false while it runs.
-// An unknown handle is done with the lookup's error and no work.
-func waitWork(h uint64, timeoutMs int64) (w *libgodist.Work, done bool, err error) {
-	w, err = lookup[*libgodist.Work](h)
-	if err != nil {
-		return nil, true, err
+// freeWork releases work handle h (its completion-queue entry too) and
+// reports whether this call did: of callers racing to free h, one wins.
+func freeWork(h uint64) bool {
+	if !handles.drop(h) {
+		return false
 	}
-	err = w.Wait(time.Duration(timeoutMs) * time.Millisecond)
-	if errors.Is(err, libgodist.ErrNotReady) {
-		return w, false, nil
-	}
-	return w, true, err
-}
-
-// freeWork releases work handle h (its completion-queue entry too).
-func freeWork(h uint64) {
-	handles.drop(h)
 	completions.forget(h)
+	return true
 }
 
 // godist_work_free releases a work handle; it returns statusInvalid for an
@@ -81,25 +84,6 @@ func godist_work_watch(h C.uint64_t) (rc C.int) {
 	return statusOK
 }
 
-// godist_work_claim takes a watched work away from the
-// completion queue, for a caller that waits for it itself: it returns
-// statusOK if the handle will never be pushed, statusNotReady if it was
-// pushed already (godist_wait_any reports or has reported it), and
-// statusInvalid for an unknown handle. A work that was never watched counts
-// as claimed.
-//
-//export godist_work_claim
-func godist_work_claim(h C.uint64_t) (rc C.int) {
-	defer recoverTo(&rc, nil, 0)
-	if _, err := lookup[*libgodist.Work](uint64(h)); err != nil {
-		return statusInvalid
-	}
-	if completions.claim(uint64(h)) {
-		return statusOK
-	}
-	return statusNotReady
-}
-
 // godist_wait_any waits up to timeout_ms for completed watched works,
 // writes up to max of their handles to out and their number to *n.
 //
@@ -116,47 +100,30 @@ func godist_wait_any(timeoutMs C.int64_t, out *C.uint64_t, max C.int32_t, n *C.i
 	return statusOK
 }
 
-// completionQueue holds the handles of finished works until the Python
-// completion thread collects them.
+// completionQueue holds the handles of finished watched works until the
+// Python completion thread collects them. Whoever collects a work first
+// (godist_work_wait) owns its outcome: a handle pushed after a waiter
+// collected it is found gone and skipped, so the queue needs no state of
+// its own beyond which handles are watched.
 type completionQueue struct {
-	mu     sync.Mutex
-	q      []C.uint64_t
-	signal chan struct{}
-	// watched maps a watched handle to its state: one of
-	// notePending, noteClaimed (a waiter took it; never pushed) or
-	// notePushed.
-	watched sync.Map // uint64 -> *atomic.Int32
+	mu      sync.Mutex
+	q       []C.uint64_t
+	signal  chan struct{}
+	watched sync.Map // uint64 -> struct{}: watched and not yet collected
 }
-
-const (
-	notePending int32 = iota
-	noteClaimed
-	notePushed
-)
 
 var completions = completionQueue{signal: make(chan struct{}, 1)}
 
-// watch pushes h when w completes unless a waiter claims it first.
+// watch pushes h when w completes, unless it has been collected by then.
 func (c *completionQueue) watch(h uint64, w *libgodist.Work) {
-	st := new(atomic.Int32)
-	if _, dup := c.watched.LoadOrStore(h, st); dup {
+	if _, dup := c.watched.LoadOrStore(h, struct{}{}); dup {
 		return
 	}
 	w.OnDone(func() {
-		if st.CompareAndSwap(notePending, notePushed) {
+		if _, ok := c.watched.Load(h); ok {
 			c.push(h)
 		}
 	})
-}
-
-// claim reports whether h is now sure never to be pushed.
-func (c *completionQueue) claim(h uint64) bool {
-	v, ok := c.watched.Load(h)
-	if !ok {
-		return true
-	}
-	st := v.(*atomic.Int32)
-	return st.CompareAndSwap(notePending, noteClaimed) || st.Load() == noteClaimed
 }
 
 func (c *completionQueue) forget(h uint64) { c.watched.Delete(h) }

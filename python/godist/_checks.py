@@ -15,15 +15,6 @@ def _plain(t) -> bool:
     return isinstance(t, torch.Tensor) and t.layout is _STRIDED and t.is_cpu
 
 
-def fast_dtype(t):
-    """The dtype code of a dense, contiguous CPU tensor of a supported dtype,
-    else None: the test of the synchronous fast paths (anything else takes
-    the full path, whose checks explain what is wrong)."""
-    if isinstance(t, torch.Tensor) and t.layout is _STRIDED and t.is_cpu and t.is_contiguous():
-        return DTYPE_CODES.get(t.dtype)
-    return None
-
-
 def tensor(op: str, name: str, t) -> torch.Tensor:
     """Check one tensor argument: a dense CPU tensor."""
     if _plain(t):
@@ -84,3 +75,41 @@ def rank(op: str, name: str, r, size: int, allow_self_rank: int | None = None) -
     if r < 0 or r >= size:
         raise ValueError(f"godist: {op}: {name} {r} is out of range for a group of size {size}")
     return r
+
+
+def tag(op: str, t) -> int:
+    """Check a point-to-point tag: an int that fits in 64 bits."""
+    if isinstance(t, bool) or not isinstance(t, int):
+        try:
+            t = int(t)
+        except (TypeError, ValueError):
+            raise TypeError(f"godist: {op}: tag must be an int, got {type(t).__name__}") from None
+    if not -(1 << 63) <= t < (1 << 63):
+        raise ValueError(f"godist: {op}: tag {t} does not fit in 64 bits")
+    return t
+
+
+def rows(op: str, name: str, t: torch.Tensor, splits, n: int):
+    """(pointer, nbytes) of each of n ranks' rows of contiguous t along dim
+    0: splits[r] rows for rank r, or equal parts if splits is empty."""
+    nrows = t.shape[0] if t.dim() > 0 else t.numel()
+    row_bytes = (t.nbytes // nrows) if nrows else 0
+    if not splits:
+        if nrows % n:
+            raise ValueError(f"godist: {op}: {name} has {nrows} rows along dim 0, not divisible by the group size {n}; "
+                             "pass split sizes")
+        splits = [nrows // n] * n
+    splits = list(splits)
+    if len(splits) != n:
+        raise ValueError(f"godist: {op}: {name}_split_sizes has {len(splits)} entries, expected {n}")
+    if any((not isinstance(s, int)) or s < 0 for s in splits):
+        raise ValueError(f"godist: {op}: {name}_split_sizes must be non-negative ints, got {splits}")
+    if sum(splits) != nrows:
+        raise ValueError(f"godist: {op}: {name}_split_sizes sum to {sum(splits)} but {name} has {nrows} rows")
+    base = t.data_ptr() if t.numel() else None
+    pairs, off = [], 0
+    for s in splits:
+        nb = s * row_bytes
+        pairs.append(((base + off) if base is not None and nb else None, nb))
+        off += nb
+    return pairs

@@ -1,10 +1,12 @@
 """Loads libgodist.so and declares every exported function.
 
-``_DECLS`` is the single table of C signatures (argtypes and restype). Each
-function whose last two parameters are the error buffer is wrapped so that
-callers do not pass it: ``lib.allreduce(...)`` calls ``godist_allreduce`` with
-a thread-local buffer and raises the exception from :mod:`godist._errors` on
-failure. The library is loaded lazily (first use), refuses to run in a
+``_DECLS`` is the single table of C signatures (argtypes and restype), and
+the ctypes structs below mirror capi/godist.h (checked against the library's
+own layout at load). An op's entry point takes one :class:`GodistOp`:
+:func:`run` calls it and raises the exception from :mod:`godist._errors` on
+failure. Each other function whose last two parameters are the error buffer
+is wrapped so that callers do not pass it: ``lib.pg_seq(...)`` calls
+``godist_pg_seq`` with a thread-local buffer. The library is loaded lazily (first use), refuses to run in a
 forked child of the loading process, and checks the ABI version.
 """
 
@@ -18,7 +20,7 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint6
 
 from . import _errors
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 # GODIST_ASYNC (capi/godist.h): an asynchronous op, whose handle Go pushes
 # to the completion queue once watched. Without it an op is synchronous.
 ASYNC = 1
@@ -31,13 +33,15 @@ class GodistBuf(ctypes.Structure):
     _fields_ = [("data", c_void_p), ("nbytes", c_int64)]
 
 
-class GodistCall(ctypes.Structure):
-    """C struct godist_call: the arguments of one op on one or two buffers
-    (capi/call.go)."""
+class GodistOp(ctypes.Structure):
+    """C struct godist_op: the arguments of one op (capi/godist.h says which
+    op reads which field)."""
 
-    _fields_ = [("pg", c_uint64), ("data", c_void_p), ("nbytes", c_int64), ("arg0", c_int64), ("arg1", c_int64),
-                ("timeout_ms", c_int64), ("flags", c_int64), ("work", c_uint64), ("errbuf", c_void_p),
-                ("errlen", c_int64), ("out", c_void_p), ("outbytes", c_int64)]
+    _fields_ = [("pg", c_uint64), ("buf", GodistBuf), ("timeout_ms", c_int64), ("flags", c_int32), ("dtype", c_int32),
+                ("reduce_op", c_int32), ("root", c_int32), ("peer", c_int32), ("wait_all", c_int32), ("tag", c_int64),
+                ("factor", c_double), ("out", GodistBuf), ("ins", POINTER(GodistBuf)), ("outs", POINTER(GodistBuf)),
+                ("nins", c_int32), ("nouts", c_int32), ("work", c_uint64), ("source", c_int32), ("errlen", c_int32),
+                ("errbuf", c_void_p)]
 
 
 class ErrorBuf(ctypes.Structure):
@@ -54,23 +58,25 @@ ERRLEN = ctypes.sizeof(ErrorBuf)
 
 def _layout() -> list[int]:
     """godist_abi_layout's numbers for the structs declared here."""
-    out = [ctypes.sizeof(GodistBuf), GodistBuf.data.offset, GodistBuf.nbytes.offset, ctypes.sizeof(GodistCall)]
-    out += [getattr(GodistCall, name).offset for name, _ in GodistCall._fields_]
+    out = [ctypes.sizeof(GodistBuf), GodistBuf.data.offset, GodistBuf.nbytes.offset, ctypes.sizeof(GodistOp)]
+    out += [getattr(GodistOp, name).offset for name, _ in GodistOp._fields_]
     out.append(ErrorBuf.message.offset)  # sizeof(godist_error)
     out += [getattr(ErrorBuf, name).offset for name, _ in ErrorBuf._fields_[:-1]]
     out += [64, 32, 128, len(_errors.CAUSES), ASYNC]
     return out
 
 
-# fill(view, 0, pg, data, nbytes, arg0, arg1, timeout_ms, flags) writes a
-# godist_call block's inputs in one step (struct.error if one does not fit);
-# fill_wait(view, WAIT_AT, timeout_ms, flags, work) those of call_work_wait;
-# fill_out(view, OUT_AT, out, outbytes) the output of a two-buffer op.
-fill = struct.Struct("=QQqqqqq").pack_into
-fill_wait = struct.Struct("=qqQ").pack_into
+# The fast paths (godist._fast) write this thread's block (op_block) with
+# struct.pack_into, which costs less than setting ctypes fields one by one:
+# fill(view, 0, pg, data, nbytes, timeout_ms, flags, dtype, reduce_op, root,
+# peer) the fields up to peer (struct.error if one does not fit),
+# fill_tag(view, TAG_AT, tag) and fill_out(view, OUT_AT, out, outbytes).
+fill = struct.Struct("=QQqqiiiii").pack_into
+fill_tag = struct.Struct("=q").pack_into
 fill_out = struct.Struct("=Qq").pack_into
-WAIT_AT = GodistCall.timeout_ms.offset
-OUT_AT = GodistCall.out.offset
+TAG_AT = GodistOp.tag.offset
+OUT_AT = GodistOp.out.offset
+assert struct.calcsize("=QQqqiiiii") == GodistOp.wait_all.offset
 
 _BUF = POINTER(GodistBuf)
 _U64P = POINTER(c_uint64)
@@ -91,36 +97,13 @@ _DECLS = {
     "godist_pg_close": (c_int, [c_uint64] + _ERR),
     "godist_pg_abort": (c_int, [c_uint64] + _ERR),
     "godist_pg_seq": (c_int, [c_uint64, _U64P] + _ERR),
-    # collectives: ..., timeout_ms, flags (0 or ASYNC), *work, err, errlen
-    "godist_allreduce": (c_int, [c_uint64, _BUF, c_int32, c_int32, c_double, c_int64, c_int32, _U64P] + _ERR),
-    "godist_broadcast": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int32, _U64P] + _ERR),
-    "godist_reduce": (c_int, [c_uint64, _BUF, c_int32, c_int32, c_int32, c_double, c_int64, c_int32, _U64P] + _ERR),
-    "godist_allgather": (c_int, [c_uint64, _BUF, _BUF, c_int32, c_int64, c_int32, _U64P] + _ERR),
-    "godist_gather": (c_int, [c_uint64, _BUF, _BUF, c_int32, c_int32, c_int64, c_int32, _U64P] + _ERR),
-    "godist_reduce_scatter": (c_int, [c_uint64, _BUF, c_int32, _BUF, c_int32, c_int32, c_double, c_int64, c_int32, _U64P] + _ERR),
-    "godist_scatter": (c_int, [c_uint64, _BUF, c_int32, _BUF, c_int32, c_int64, c_int32, _U64P] + _ERR),
-    "godist_alltoall": (c_int, [c_uint64, _BUF, c_int32, _BUF, c_int32, c_int64, c_int32, _U64P] + _ERR),
-    "godist_barrier": (c_int, [c_uint64, c_int64, c_int32, _U64P] + _ERR),
-    "godist_monitored_barrier": (c_int, [c_uint64, c_int64, c_int32, c_int32, _U64P] + _ERR),
-    "godist_send": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int64, c_int32, _U64P] + _ERR),
-    "godist_recv": (c_int, [c_uint64, _BUF, c_int32, c_int64, c_int64, c_int32, _U64P] + _ERR),
-    # the same single-buffer ops with their arguments in a godist_call block
-    # (call_block): the fast paths of process_group.py
-    "godist_call_allreduce": (c_int, [c_void_p]),
-    "godist_call_broadcast": (c_int, [c_void_p]),
-    "godist_call_barrier": (c_int, [c_void_p]),
-    "godist_call_send": (c_int, [c_void_p]),
-    "godist_call_recv": (c_int, [c_void_p]),
-    "godist_call_work_wait": (c_int, [c_void_p]),
-    # two buffers, split evenly: all_gather_into_tensor, reduce_scatter_tensor,
-    # all_to_all_single (capi/call_2buf.go)
-    "godist_call_allgather": (c_int, [c_void_p]),
-    "godist_call_reduce_scatter": (c_int, [c_void_p]),
-    "godist_call_alltoall": (c_int, [c_void_p]),
-    # works
-    "godist_work_wait": (c_int, [c_uint64, c_int64, POINTER(c_int32)] + _ERR),
+    # ops (capi/ops.go): one entry point each, taking a godist_op's address
+    **{"godist_" + op: (c_int, [c_void_p]) for op in (
+        "allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "scatter", "alltoall", "barrier",
+        "monitored_barrier", "send", "recv")},
+    # works (capi/work.go)
+    "godist_work_wait": (c_int, [c_void_p]),
     "godist_work_free": (c_int, [c_uint64]),
-    "godist_work_claim": (c_int, [c_uint64]),
     "godist_work_watch": (c_int, [c_uint64]),
     "godist_wait_any": (c_int, [c_int64, _U64P, c_int32, POINTER(c_int32)]),
     # ----- stores (capi/store.go; used by godist/store.py) -----
@@ -197,17 +180,44 @@ class _Raw:
     """The bare ctypes functions, by short name."""
 
 
-def call_block():
-    """This thread's godist_call block as (view, address, block, error
-    buffer): ``fill(view, 0, ...)`` writes its inputs, the raw call_* function
-    takes the address, ``block.work`` holds the handle afterwards and the
-    error buffer the message of a failure."""
-    c = getattr(_tls, "call", None)
+def op_block():
+    """This thread's godist_op block for the fast paths, as (view, address,
+    block, error buffer): ``fill(view, 0, ...)`` writes its leading fields,
+    an op's entry point takes the address, ``block.work`` holds the handle
+    afterwards and the error buffer the message of a failure. The fast paths
+    never set its lists (ins, outs), so they stay empty."""
+    c = getattr(_tls, "op", None)
     if c is None:
         eb = _errbuf()
-        blk = GodistCall(errbuf=ctypes.addressof(eb), errlen=ERRLEN)
-        c = _tls.call = (memoryview(blk).cast("B"), ctypes.addressof(blk), blk, eb)
+        blk = GodistOp(errbuf=ctypes.addressof(eb), errlen=ERRLEN)
+        c = _tls.op = (memoryview(blk).cast("B"), ctypes.addressof(blk), blk, eb)
     return c
+
+
+def wait_block(slice_ms: int):
+    """This thread's godist_op block for godist_work_wait, as (address,
+    block, error buffer), waiting slice_ms per call: set ``block.work``, call
+    ``work_wait(address)``, read ``block.source``."""
+    c = getattr(_tls, "wait", None)
+    if c is None:
+        eb = _errbuf()
+        blk = GodistOp(timeout_ms=slice_ms, errbuf=ctypes.addressof(eb), errlen=ERRLEN)
+        c = _tls.wait = (ctypes.addressof(blk), blk, eb)
+    return c
+
+
+def run(fn, op: GodistOp) -> int:
+    """Call op's entry point fn (a raw function of the table), raise its
+    error, and return the work handle it stored (0: the op completed during
+    the call)."""
+    if _forked:
+        raise _forked_error()
+    eb = _errbuf()
+    op.errbuf, op.errlen = ctypes.addressof(eb), ERRLEN
+    rc = fn(ctypes.addressof(op))
+    if rc != _errors.OK:
+        raise _errors.from_buffer(rc, eb)
+    return op.work
 
 
 class _Lib:
@@ -215,9 +225,8 @@ class _Lib:
 
     def __init__(self, cdll):
         self._cdll = cdll
-        # raw: the bare ctypes functions, for the synchronous fast paths that
-        # pass their arguments in a godist_call block (see call_block) and
-        # check _forked themselves.
+        # raw: the bare ctypes functions, for the ops' entry points (see run)
+        # and the fast paths, which check _forked themselves.
         self.raw = _Raw()
         for name, (restype, argtypes) in _DECLS.items():
             fn = getattr(cdll, name)
@@ -299,12 +308,14 @@ def _check_layout(cdll, path):
                           "capi/godist.h and python/godist/_lib.py disagree")
 
 
+def buf_list(pairs):
+    """A C array of godist_buf from (pointer, nbytes) pairs, as (array,
+    length) for an op's ins/nins or outs/nouts."""
+    arr = (GodistBuf * len(pairs))(*pairs)
+    return ctypes.cast(arr, POINTER(GodistBuf)), len(pairs)
+
+
 def bufs(pairs):
-    """Build a C array of godist_buf from (pointer, nbytes) pairs."""
-    if len(pairs) == 1:  # one struct passes as a pointer to it
-        return GodistBuf(*pairs[0])
-    arr = (GodistBuf * max(1, len(pairs)))()
-    for i, (p, n) in enumerate(pairs):
-        arr[i].data = p
-        arr[i].nbytes = n
-    return arr
+    """A C array of godist_buf from (pointer, nbytes) pairs, for the
+    functions that take one (godist_pg_connect)."""
+    return (GodistBuf * max(1, len(pairs)))(*pairs)

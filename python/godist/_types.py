@@ -51,45 +51,6 @@ def reduce_op(op) -> tuple[int, float]:
     return code, factor
 
 
-_SUM = dist.ReduceOp.SUM
-_SIMPLE = frozenset(range(PREMUL_SUM))
-
-
-def _hash_is_code() -> bool:
-    """Whether hash() of an options object's reduceOp is its op code, for
-    every op (torch defines ReduceOp.__hash__ as the code): the fast paths
-    then read the code with one call instead of a comparison and two
-    attribute reads."""
-    try:
-        for code, name in OP_NAMES.items():
-            if code not in _SIMPLE:
-                continue
-            o = dist.AllreduceOptions()
-            o.reduceOp = getattr(dist.ReduceOp, name)
-            if hash(o.reduceOp) != code:
-                return False
-        return hash(dist._make_nccl_premul_sum(2.0)) not in _SIMPLE
-    except Exception:
-        return False
-
-
-HASH_IS_CODE = _hash_is_code()
-
-
-_TIMEOUTS: dict = {}
-
-
-def fast_timeout(opts) -> int:
-    """opts_timeout(opts), cached by value (ops keep passing the same few)."""
-    td = opts.timeout
-    ms = _TIMEOUTS.get(td)
-    if ms is None:
-        ms = timeout_ms(td)
-        if len(_TIMEOUTS) < 64:
-            _TIMEOUTS[td] = ms
-    return ms
-
-
 def timeout_ms(timeout, default_ms: int = 0) -> int:
     """Milliseconds from an options timeout; negative/unset means the default (0)."""
     if timeout is None:

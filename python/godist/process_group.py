@@ -1,9 +1,10 @@
 """GodistProcessGroup: the torch ProcessGroup whose collectives run in Go.
 
 Each method checks its arguments (:mod:`godist._checks`), describes the
-tensors' memory to Go (pointer + length; Go reads and writes it in place) and
-returns a :class:`godist.work.GodistWork` (the helpers for buffers and for
-the fast paths' call block are in :mod:`godist._args`). Tensors are kept
+tensors' memory to Go in a :class:`godist._lib.GodistOp` (pointer + length;
+Go reads and writes it in place), calls the op's entry point and returns a
+:class:`godist.work.GodistWork` (:func:`godist.work.submit`). The common
+small cases first try the fast paths of :mod:`godist._fast`. Tensors are kept
 alive by the Work until the op completes. Both the old and the new c10d
 method names are defined (see the aliases at the end of the class), so
 every torch version and both Python and C++ callers reach them.
@@ -20,15 +21,9 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import _checks, _errors, _lib, _rendezvous, _types
-from ._args import (_HAS_ASYNC_FLAG, _SIMPLE, _SUM, _TIMEOUTS, _async, _call, _chunks, _desc, _fast2, _nbytes, _one,
-                    _Outputs, _profiling, _sync)
-from ._lib import ASYNC, OUT_AT, fill, fill_out
-from .work import GodistWork, _Done, adopt, combine, finish_sync, submit
-
-# The all_reduce fast path's names, bound once.
-_Tensor, _STRIDED, _DTYPES, _OK = torch.Tensor, torch.strided, _types.DTYPE_CODES, _errors.OK
-_HASH_IS_CODE = _types.HASH_IS_CODE
+from . import _checks, _fast, _lib, _rendezvous, _types
+from ._args import _async, _desc, _Outputs
+from .work import combine, submit
 
 _live = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -57,11 +52,10 @@ class GodistProcessGroup(dist.ProcessGroup):
         lib.pg_create(rank, size, self._name.encode(), self._timeout_ms(), bind or None,
                       b"tcp" if transport == "tcp" else None, ctypes.byref(h))
         self._h = h.value
-        raw = lib.raw
-        self._call_allreduce, self._call_broadcast = raw.call_allreduce, raw.call_broadcast
-        self._call_barrier, self._call_send, self._call_recv = raw.call_barrier, raw.call_send, raw.call_recv
-        self._call_allgather, self._call_reduce_scatter = raw.call_allgather, raw.call_reduce_scatter
-        self._call_alltoall = raw.call_alltoall
+        # The ops' entry points (each takes a GodistOp's address), bound once.
+        for name in ("allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "scatter", "alltoall",
+                     "barrier", "monitored_barrier", "send", "recv"):
+            setattr(self, "_raw_" + name, getattr(lib.raw, name))
         try:
             if size > 1:
                 _rendezvous.exchange(store, rank, size, self._h, self._timeout, self._name)
@@ -166,90 +160,59 @@ class GodistProcessGroup(dist.ProcessGroup):
             pass
 
     # ----- helpers ------------------------------------------------------
-    def _t(self, opts) -> int:
-        return _types.opts_timeout(opts)
+    # Every op: check its arguments (_checks), describe its buffers in
+    # GodistOps (_op), and submit them (work.submit). The fast paths of
+    # the common small cases are in _fast.
 
-    def _bufs(self, pairs):
-        return _lib.bufs(pairs)
+    def _op(self, opts, timeout_ms=None, ins=None, outs=None, **fields):
+        """A GodistOp on this group: the options' timeout (or timeout_ms),
+        the lists ins and outs of (pointer, nbytes) pairs, and fields."""
+        op = _lib.GodistOp(pg=self._h, timeout_ms=_types.opts_timeout(opts) if timeout_ms is None else timeout_ms,
+                           **fields)
+        if ins is not None:
+            op.ins, op.nins = _lib.buf_list(ins)
+        if outs is not None:
+            op.outs, op.nouts = _lib.buf_list(outs)
+        return op
 
-    def _call2(self, fn, op, inp, out, arg0, arg1, opts):
-        """The fast path of a two-buffer op (capi/call_2buf.go): one raw
-        call fn with contiguous CPU tensors inp and out (even splits) in
-        this thread's godist_call block. The caller checked _fast2(opts)."""
-        flags = ASYNC if opts.asyncOp else 0
-        ms = _TIMEOUTS.get(opts.timeout)
-        view, addr, blk, eb = _lib.call_block()
-        fill(view, 0, self._h, inp.data_ptr(), inp.nbytes, arg0, arg1,
-             ms if ms is not None else _types.fast_timeout(opts), flags)
-        fill_out(view, OUT_AT, out.data_ptr(), out.nbytes)
-        rc = fn(addr)
-        if not flags or rc != _errors.OK:
-            return self._track(finish_sync(op, [out], rc, blk.work, eb))
-        return self._track(adopt(op, [out], blk.work, keep=(inp, out)))
+    def _reduction(self, op, name, t, opts):
+        """The dtype, reduce op and factor fields of an op on tensor t."""
+        code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
+        return {"dtype": _checks.dtype_code(op, name, t), "reduce_op": code, "factor": factor}
+
+    def _submit(self, op, outputs, calls, outs=None, keep=None, async_op=True):
+        fin = outs.finalizer() if outs is not None else None
+        return self._track(submit(op, outputs, calls, fin, keep=keep, async_op=async_op))
 
     # ----- collectives --------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        # The fast path (one raw call, see _sync) written out in full: a
-        # small all_reduce's Python side costs about as much as its Go side.
-        if _HAS_ASYNC_FLAG and opts is not None and not _lib._forked and not _profiling():
-            if type(tensors) is list and len(tensors) == 1:
-                t = tensors[0]
-                # _checks.fast_dtype, inline
-                dt = _DTYPES.get(t.dtype) if isinstance(t, _Tensor) and t.layout is _STRIDED and t.is_cpu \
-                    and t.is_contiguous() else None
-                rop = opts.reduceOp
-                code = hash(rop) if _HASH_IS_CODE else 0 if rop == _SUM else rop.op.value
-                if dt is not None and code in _SIMPLE:
-                    flags = ASYNC if opts.asyncOp else 0
-                    ms = _TIMEOUTS.get(opts.timeout)
-                    view, addr, blk, eb = _lib.call_block()
-                    fill(view, 0, self._h, t.data_ptr(), t.nbytes, dt, code,
-                         ms if ms is not None else _types.fast_timeout(opts), flags)
-                    rc = self._call_allreduce(addr)
-                    if not flags:
-                        if rc == _OK and not blk.work and self._coalesced is None:
-                            w = _Done()  # finish_sync's success, inline
-                            w._op, w._outputs = "allreduce", tensors
-                            return w
-                        return self._track(finish_sync("allreduce", tensors, rc, blk.work, eb))
-                    if rc != _OK:
-                        return self._track(finish_sync("allreduce", tensors, rc, blk.work, eb))
-                    return self._track(adopt("allreduce", tensors, blk.work, keep=t))
+        w = _fast.allreduce(self, tensors, opts)
+        if w is not None:
+            return w
         op = "allreduce"
         t = _checks.single(op, "tensors", tensors)
-        dt = _checks.dtype_code(op, "tensor", t)
-        code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
+        red = self._reduction(op, "tensor", t, opts)
         outs = _Outputs()
         buf = outs.prep(t)
-        b = self._bufs([_desc(buf)])
-        timeout, lib, h = self._t(opts), _lib.load(), self._h
-        calls = [lambda fl, w: lib.allreduce(h, b, dt, code, factor, timeout, fl, w)]
-        return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts)))
+        calls = [(self._raw_allreduce, self._op(opts, buf=_desc(buf), **red))]
+        return self._submit(op, [t], calls, outs, keep=buf, async_op=_async(opts))
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = "allreduce_coalesced"
         ts = _checks.tensor_list(op, "tensors", tensors)
-        code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
         outs = _Outputs()
-        timeout, lib, h = self._t(opts), _lib.load(), self._h
         calls, keep = [], []
         for i, t in enumerate(ts):
-            dt = _checks.dtype_code(op, f"tensors[{i}]", t)
+            red = self._reduction(op, f"tensors[{i}]", t, opts)
             buf = outs.prep(t)
-            b = self._bufs([_desc(buf)])
-            keep += [buf, b]
-            calls.append(lambda fl, w, b=b, dt=dt: lib.allreduce(h, b, dt, code, factor, timeout, fl, w))
-        return self._track(submit(op, ts, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
+            keep.append(buf)
+            calls.append((self._raw_allreduce, self._op(opts, buf=_desc(buf), **red)))
+        return self._submit(op, ts, calls, outs, keep=keep, async_op=_async(opts))
 
     def broadcast(self, tensors, opts=None):
-        if _sync(opts):
-            t = _one(tensors)
-            root = opts.rootRank
-            r = None
-            if t is not None and opts.rootTensor == 0 and type(root) is int and 0 <= root < self._size:
-                r = _call(self._call_broadcast, self._h, t, root, 0, _types.fast_timeout(opts), 0)
-            if r is not None:
-                return self._track(finish_sync("broadcast", tensors, *r))
+        w = _fast.broadcast(self, tensors, opts)
+        if w is not None:
+            return w
         op = "broadcast"
         t = _checks.single(op, "tensors", tensors)
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._size)
@@ -257,29 +220,18 @@ class GodistProcessGroup(dist.ProcessGroup):
             raise ValueError(f"godist: {op}: rootTensor must be 0 with one tensor per rank, got {opts.rootTensor}")
         outs = _Outputs()
         buf = outs.prep(t)
-        b = self._bufs([_desc(buf)])
-        timeout, lib, h = self._t(opts), _lib.load(), self._h
-        calls = [lambda fl, w: lib.broadcast(h, b, root, timeout, fl, w)]
-        return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts)))
+        calls = [(self._raw_broadcast, self._op(opts, buf=_desc(buf), root=root))]
+        return self._submit(op, [t], calls, outs, keep=buf, async_op=_async(opts))
 
     def reduce(self, tensors, opts=None):
         op = "reduce"
         t = _checks.single(op, "tensors", tensors)
-        dt = _checks.dtype_code(op, "tensor", t)
+        red = self._reduction(op, "tensor", t, opts)
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._size)
-        code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
         outs = _Outputs()
         buf = outs.prep(t)
-        b = self._bufs([_desc(buf)])
-        timeout, lib, h = self._t(opts), _lib.load(), self._h
-        calls = [lambda fl, w: lib.reduce(h, b, root, dt, code, factor, timeout, fl, w)]
-        return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=_async(opts)))
-
-    def _allgather_call(self, inp, out_pairs, timeout):
-        lib, h = _lib.load(), self._h
-        ib = self._bufs([_desc(inp)])
-        ob = self._bufs(out_pairs)
-        return (lambda fl, w: lib.allgather(h, ib, ob, len(out_pairs), timeout, fl, w)), (ib, ob)
+        calls = [(self._raw_reduce, self._op(opts, buf=_desc(buf), root=root, **red))]
+        return self._submit(op, [t], calls, outs, keep=buf, async_op=_async(opts))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         op = "allgather"
@@ -290,28 +242,28 @@ class GodistProcessGroup(dist.ProcessGroup):
         _checks.same_kind(op, "output_tensors[0]", out_list, inp)
         outs = _Outputs()
         bufs = [outs.prep(o) for o in out_list]
-        call, keep = self._allgather_call(inp, [_desc(o) for o in bufs], self._t(opts))
-        return self._track(submit(op, output_tensors, [call], outs.finalizer(), keep=(inp, bufs, keep), async_op=_async(opts)))
+        calls = [(self._raw_allgather, self._op(opts, buf=_desc(inp), outs=[_desc(o) for o in bufs]))]
+        return self._submit(op, output_tensors, calls, outs, keep=(inp, bufs), async_op=_async(opts))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         op = "allgather_coalesced"
         ins = [t.contiguous() for t in _checks.tensor_list(op, "input_list", input_list)]
         if not isinstance(output_lists, (list, tuple)) or len(output_lists) != self._size:
             raise ValueError(f"godist: {op}: output_lists must hold one list per rank ({self._size})")
-        outs = _Outputs()
-        calls, keep = [], [ins]
         for r, lst in enumerate(output_lists):
             _checks.tensor_list(op, f"output_lists[{r}]", lst, len(ins))
+        outs = _Outputs()
+        calls, keep = [], [ins]
         for i, inp in enumerate(ins):
             col = [output_lists[r][i] for r in range(self._size)]
             _checks.same_kind(op, f"output_lists[*][{i}]", col, inp)
             bufs = [outs.prep(o) for o in col]
-            call, k = self._allgather_call(inp, [_desc(o) for o in bufs], self._t(opts))
-            calls.append(call)
-            keep += [bufs, k]
-        return self._track(submit(op, output_lists, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
+            keep.append(bufs)
+            calls.append((self._raw_allgather, self._op(opts, buf=_desc(inp), outs=[_desc(o) for o in bufs])))
+        return self._submit(op, output_lists, calls, outs, keep=keep, async_op=_async(opts))
 
-    def _gather_into(self, op, output, input, opts):
+    def _gather_into(self, op, output, input, opts, outs):
+        """all_gather_into_tensor's checks and call (outs: the Outputs)."""
         out = _checks.tensor(op, "output", output)
         inp = _checks.tensor(op, "input", input).contiguous()
         if out.dtype != inp.dtype:
@@ -319,52 +271,41 @@ class GodistProcessGroup(dist.ProcessGroup):
         if out.numel() != inp.numel() * self._size:
             raise ValueError(f"godist: {op}: output has {out.numel()} elements, expected input's {inp.numel()} "
                              f"x group size {self._size} = {inp.numel() * self._size}")
-        outs = _Outputs()
         flat = outs.prep(out)
-        call, keep = self._allgather_call(inp, _chunks(flat, self._size), self._t(opts))
-        return [call], outs, (inp, flat, keep)
+        return (self._raw_allgather, self._op(opts, buf=_desc(inp), out=_desc(flat))), (inp, flat)
 
     def all_gather_single(self, output, input, opts=None):
-        if _fast2(opts):
-            dt = _checks.fast_dtype(input)
-            if dt is not None and _checks.fast_dtype(output) == dt and output.numel() == input.numel() * self._size:
-                return self._call2(self._call_allgather, "all_gather_into_tensor", input, output, 0, 0, opts)
-        calls, outs, keep = self._gather_into("all_gather_into_tensor", output, input, opts)
-        return self._track(submit("all_gather_into_tensor", [output], calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
+        w = _fast.all_gather_single(self, output, input, opts)
+        if w is not None:
+            return w
+        outs = _Outputs()
+        call, keep = self._gather_into("all_gather_into_tensor", output, input, opts, outs)
+        return self._submit("all_gather_into_tensor", [output], [call], outs, keep=keep, async_op=_async(opts))
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         op = "all_gather_into_tensor_coalesced"
         outputs = _checks.tensor_list(op, "outputs", outputs)
         inputs = _checks.tensor_list(op, "inputs", inputs, len(outputs))
-        calls, fins, keep = [], [], []
-        for o, i in zip(outputs, inputs):
-            c, outs, k = self._gather_into(op, o, i, opts)
-            calls += c
-            fins.append(outs)
-            keep.append(k)
-        return self._track(submit(op, outputs, calls, lambda: [f.finalize() for f in fins], keep=keep, async_op=_async(opts)))
+        outs = _Outputs()
+        calls, keep = zip(*[self._gather_into(op, o, i, opts, outs) for o, i in zip(outputs, inputs)]) or ((), ())
+        return self._submit(op, outputs, list(calls), outs, keep=keep, async_op=_async(opts))
 
     def gather(self, output_tensors, input_tensors, opts=None):
         op = "gather"
         inp = _checks.single(op, "input_tensors", input_tensors).contiguous()
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._size)
         outs = _Outputs()
-        pairs, keep = [], [inp]
+        bufs = []
         if self._rank == root:
             if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != 1:
                 raise ValueError(f"godist: {op}: on the root, output_tensors must be a list holding one list of tensors")
             lst = _checks.tensor_list(op, "output_tensors[0]", output_tensors[0], self._size)
             _checks.same_kind(op, "output_tensors[0]", lst, inp)
             bufs = [outs.prep(o) for o in lst]
-            keep.append(bufs)
-            pairs = [_desc(o) for o in bufs]
         elif output_tensors and any(len(x) for x in output_tensors):
             raise ValueError(f"godist: {op}: output_tensors must be empty on non-root ranks")
-        lib, h, timeout = _lib.load(), self._h, self._t(opts)
-        ib, ob = self._bufs([_desc(inp)]), self._bufs(pairs)
-        keep += [ib, ob]
-        calls = [lambda fl, w: lib.gather(h, ib, ob, len(pairs), root, timeout, fl, w)]
-        return self._track(submit(op, output_tensors, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
+        calls = [(self._raw_gather, self._op(opts, buf=_desc(inp), outs=[_desc(o) for o in bufs], root=root))]
+        return self._submit(op, output_tensors, calls, outs, keep=(inp, bufs), async_op=_async(opts))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         op = "scatter"
@@ -372,77 +313,58 @@ class GodistProcessGroup(dist.ProcessGroup):
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._size)
         outs = _Outputs()
         obuf = outs.prep(out)
-        pairs, keep = [], [obuf]
+        lst = []
         if self._rank == root:
             if not isinstance(input_tensors, (list, tuple)) or len(input_tensors) != 1:
                 raise ValueError(f"godist: {op}: on the root, input_tensors must be a list holding one list of tensors")
             lst = [t.contiguous() for t in _checks.tensor_list(op, "input_tensors[0]", input_tensors[0], self._size)]
             _checks.same_kind(op, "input_tensors[0]", lst, out)
-            keep.append(lst)
-            pairs = [_desc(t) for t in lst]
         elif input_tensors and any(len(x) for x in input_tensors):
             raise ValueError(f"godist: {op}: input_tensors must be empty on non-root ranks")
-        lib, h, timeout = _lib.load(), self._h, self._t(opts)
-        ib, ob = self._bufs(pairs), self._bufs([_desc(obuf)])
-        keep += [ib, ob]
-        calls = [lambda fl, w: lib.scatter(h, ib, len(pairs), ob, root, timeout, fl, w)]
-        return self._track(submit(op, output_tensors, calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
-
-    def _reduce_scatter_call(self, op, in_pairs, out, opts, dt):
-        code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
-        lib, h, timeout = _lib.load(), self._h, self._t(opts)
-        ib, ob = self._bufs(in_pairs), self._bufs([_desc(out)])
-        return (lambda fl, w: lib.reduce_scatter(h, ib, len(in_pairs), ob, dt, code, factor, timeout, fl, w)), (ib, ob)
+        calls = [(self._raw_scatter, self._op(opts, out=_desc(obuf), ins=[_desc(t) for t in lst], root=root))]
+        return self._submit(op, output_tensors, calls, outs, keep=(obuf, lst), async_op=_async(opts))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         op = "reduce_scatter"
         out = _checks.single(op, "output_tensors", output_tensors)
-        dt = _checks.dtype_code(op, "output", out)
+        red = self._reduction(op, "output", out, opts)
         if not isinstance(input_tensors, (list, tuple)) or len(input_tensors) != 1:
             raise ValueError(f"godist: {op}: input_tensors must be a list holding one list of tensors")
         lst = [t.contiguous() for t in _checks.tensor_list(op, "input_tensors[0]", input_tensors[0], self._size)]
         _checks.same_kind(op, "input_tensors[0]", lst, out)
         outs = _Outputs()
         obuf = outs.prep(out)
-        call, k = self._reduce_scatter_call(op, [_desc(t) for t in lst], obuf, opts, dt)
-        return self._track(submit(op, output_tensors, [call], outs.finalizer(), keep=(lst, obuf, k), async_op=_async(opts)))
+        calls = [(self._raw_reduce_scatter, self._op(opts, out=_desc(obuf), ins=[_desc(t) for t in lst], **red))]
+        return self._submit(op, output_tensors, calls, outs, keep=(lst, obuf), async_op=_async(opts))
 
-    def _scatter_from(self, op, output, input, opts):
+    def _scatter_from(self, op, output, input, opts, outs):
+        """reduce_scatter_tensor's checks and call (outs: the Outputs)."""
         out = _checks.tensor(op, "output", output)
         inp = _checks.tensor(op, "input", input).contiguous()
-        dt = _checks.dtype_code(op, "output", out)
+        red = self._reduction(op, "output", out, opts)
         if out.dtype != inp.dtype:
             raise TypeError(f"godist: {op}: output has dtype {out.dtype} but input has {inp.dtype}")
         if inp.numel() != out.numel() * self._size:
             raise ValueError(f"godist: {op}: input has {inp.numel()} elements, expected output's {out.numel()} "
                              f"x group size {self._size} = {out.numel() * self._size}")
-        outs = _Outputs()
         obuf = outs.prep(out)
-        call, k = self._reduce_scatter_call(op, _chunks(inp, self._size), obuf, opts, dt)
-        return [call], outs, (inp, obuf, k)
+        return (self._raw_reduce_scatter, self._op(opts, buf=_desc(inp), out=_desc(obuf), **red)), (inp, obuf)
 
     def reduce_scatter_single(self, output, input, opts=None):
-        if _fast2(opts):
-            dt = _checks.fast_dtype(input)
-            rop = opts.reduceOp
-            code = hash(rop) if _HASH_IS_CODE else 0 if rop == _SUM else rop.op.value
-            if dt is not None and code in _SIMPLE and _checks.fast_dtype(output) == dt and \
-                    input.numel() == output.numel() * self._size:
-                return self._call2(self._call_reduce_scatter, "reduce_scatter_tensor", input, output, dt, code, opts)
-        calls, outs, keep = self._scatter_from("reduce_scatter_tensor", output, input, opts)
-        return self._track(submit("reduce_scatter_tensor", [output], calls, outs.finalizer(), keep=keep, async_op=_async(opts)))
+        w = _fast.reduce_scatter_single(self, output, input, opts)
+        if w is not None:
+            return w
+        outs = _Outputs()
+        call, keep = self._scatter_from("reduce_scatter_tensor", output, input, opts, outs)
+        return self._submit("reduce_scatter_tensor", [output], [call], outs, keep=keep, async_op=_async(opts))
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         op = "reduce_scatter_tensor_coalesced"
         outputs = _checks.tensor_list(op, "outputs", outputs)
         inputs = _checks.tensor_list(op, "inputs", inputs, len(outputs))
-        calls, fins, keep = [], [], []
-        for o, i in zip(outputs, inputs):
-            c, outs, k = self._scatter_from(op, o, i, opts)
-            calls += c
-            fins.append(outs)
-            keep.append(k)
-        return self._track(submit(op, outputs, calls, lambda: [f.finalize() for f in fins], keep=keep, async_op=_async(opts)))
+        outs = _Outputs()
+        calls, keep = zip(*[self._scatter_from(op, o, i, opts, outs) for o, i in zip(outputs, inputs)]) or ((), ())
+        return self._submit(op, outputs, list(calls), outs, keep=keep, async_op=_async(opts))
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         op = "alltoall"
@@ -453,22 +375,13 @@ class GodistProcessGroup(dist.ProcessGroup):
                 raise TypeError(f"godist: {op}: output_tensors[{i}] has dtype {o.dtype} but input_tensors[{i}] has {t.dtype}")
         outs = _Outputs()
         obufs = [outs.prep(o) for o in outl]
-        return self._alltoall(op, [_desc(t) for t in ins], [_desc(o) for o in obufs], output_tensors, outs,
-                              (ins, obufs), opts)
-
-    def _alltoall(self, op, in_pairs, out_pairs, result, outs, keep, opts):
-        lib, h, timeout = _lib.load(), self._h, self._t(opts)
-        ib, ob = self._bufs(in_pairs), self._bufs(out_pairs)
-        calls = [lambda fl, w: lib.alltoall(h, ib, len(in_pairs), ob, len(out_pairs), timeout, fl, w)]
-        return self._track(submit(op, result, calls, outs.finalizer(), keep=(keep, ib, ob), async_op=_async(opts)))
+        calls = [(self._raw_alltoall, self._op(opts, ins=[_desc(t) for t in ins], outs=[_desc(o) for o in obufs]))]
+        return self._submit(op, output_tensors, calls, outs, keep=(ins, obufs), async_op=_async(opts))
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
-        if _fast2(opts) and not output_split_sizes and not input_split_sizes:
-            dt = _checks.fast_dtype(input)
-            n = self._size
-            if dt is not None and _checks.fast_dtype(output) == dt and input.dim() and output.dim() and \
-                    input.shape[0] % n == 0 and output.shape[0] % n == 0 and input.nbytes == output.nbytes:
-                return self._call2(self._call_alltoall, "all_to_all_single", input, output, 0, 0, opts)
+        w = _fast.all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts)
+        if w is not None:
+            return w
         op = "all_to_all_single"
         out = _checks.tensor(op, "output", output)
         inp = _checks.tensor(op, "input", input).contiguous()
@@ -476,82 +389,41 @@ class GodistProcessGroup(dist.ProcessGroup):
             raise TypeError(f"godist: {op}: output has dtype {out.dtype} but input has {inp.dtype}")
         outs = _Outputs()
         obuf = outs.prep(out)
-        in_pairs = self._split(op, "input", inp, input_split_sizes)
-        out_pairs = self._split(op, "output", obuf, output_split_sizes)
-        return self._alltoall(op, in_pairs, out_pairs, [output], outs, (inp, obuf), opts)
-
-    def _split(self, op, name, t, splits):
-        """(pointer, nbytes) of each rank's rows of t along dim 0."""
-        n = self._size
-        rows = t.shape[0] if t.dim() > 0 else t.numel()
-        row_bytes = (_nbytes(t) // rows) if rows else 0
-        if not splits:
-            if rows % n:
-                raise ValueError(f"godist: {op}: {name} has {rows} rows along dim 0, not divisible by the group size {n}; "
-                                 "pass split sizes")
-            splits = [rows // n] * n
-        splits = list(splits)
-        if len(splits) != n:
-            raise ValueError(f"godist: {op}: {name}_split_sizes has {len(splits)} entries, expected {n}")
-        if any((not isinstance(s, int)) or s < 0 for s in splits):
-            raise ValueError(f"godist: {op}: {name}_split_sizes must be non-negative ints, got {splits}")
-        if sum(splits) != rows:
-            raise ValueError(f"godist: {op}: {name}_split_sizes sum to {sum(splits)} but {name} has {rows} rows")
-        base = t.data_ptr() if t.numel() else None
-        pairs, off = [], 0
-        for s in splits:
-            nb = s * row_bytes
-            pairs.append(((base + off) if base is not None and nb else None, nb))
-            off += nb
-        return pairs
+        ins = _checks.rows(op, "input", inp, input_split_sizes, self._size)
+        outl = _checks.rows(op, "output", obuf, output_split_sizes, self._size)
+        calls = [(self._raw_alltoall, self._op(opts, ins=ins, outs=outl))]
+        return self._submit(op, [output], calls, outs, keep=(inp, obuf), async_op=_async(opts))
 
     def barrier(self, opts=None):
-        r = _call(self._call_barrier, self._h, None, 0, 0, _types.fast_timeout(opts), 0) if _sync(opts) else None
-        if r is not None:
-            return self._track(finish_sync("barrier", [], *r))
-        lib, h, timeout = _lib.load(), self._h, self._t(opts)
-        calls = [lambda fl, w: lib.barrier(h, timeout, fl, w)]
-        return self._track(submit("barrier", [], calls, async_op=_async(opts)))
+        w = _fast.barrier(self, opts)
+        if w is not None:
+            return w
+        return self._submit("barrier", [], [(self._raw_barrier, self._op(opts))], async_op=_async(opts))
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         """A barrier whose failure names late ranks: on rank 0 the error lists
         the ranks that did not arrive within timeout (all of them with
         wait_all_ranks, else the first); the other ranks fail too."""
-        lib, h = _lib.load(), self._h
         ms = _types.timeout_ms(timeout) if timeout is not None else self._timeout_ms()
-        calls = [lambda fl, w: lib.monitored_barrier(h, ms, 1 if wait_all_ranks else 0, fl, w)]
-        return self._track(submit("monitored_barrier", [], calls, async_op=False))
+        calls = [(self._raw_monitored_barrier, self._op(None, timeout_ms=ms, wait_all=1 if wait_all_ranks else 0))]
+        return self._submit("monitored_barrier", [], calls, async_op=False)
 
     # ----- point to point -----------------------------------------------
     def send(self, tensors, dstRank, tag=0):
-        t = _one(tensors)
-        r = None
-        if t is not None and type(dstRank) is int and 0 <= dstRank < self._size and not _lib._forked and not _profiling():
-            r = _call(self._call_send, self._h, t, dstRank, tag, 0, 0)
-        if r is not None:
-            # Sends are eager: done when the call returns.
-            return self._track(finish_sync("send", tensors, *r))
+        w = _fast.send(self, tensors, dstRank, tag)
+        if w is not None:
+            return w
         op = "send"
         t = _checks.single(op, "tensors", tensors).contiguous()
         dst = _checks.rank(op, "destination rank", dstRank, self._size)
-        lib, h = _lib.load(), self._h
-        b = self._bufs([_desc(t)])
-        calls = [lambda fl, w: lib.send(h, b, dst, int(tag), 0, fl, w)]
+        calls = [(self._raw_send, self._op(None, buf=_desc(t), peer=dst, tag=_checks.tag(op, tag)))]
         # Sends are eager: done when the call returns, so no completion hop.
-        return self._track(submit(op, [t], calls, keep=(t, b), async_op=False))
+        return self._submit(op, [t], calls, keep=t, async_op=False)
 
     def recv(self, tensors, srcRank, tag=0):
-        t = _one(tensors)
-        r = None
-        if t is not None and type(srcRank) is int and 0 <= srcRank < self._size and not _lib._forked and not _profiling():
-            r = _call(self._call_recv, self._h, t, srcRank, tag, 0, 0)
-        if r is not None:
-            # A message already here completes the receive during the call;
-            # otherwise the Work holds its handle like any asynchronous op.
-            rc, work, eb = r
-            if rc == _errors.OK and work:
-                return self._track(adopt("recv", tensors, work, keep=t))
-            return self._track(finish_sync("recv", tensors, rc, work, eb, srcRank))
+        w = _fast.recv(self, tensors, srcRank, tag)
+        if w is not None:
+            return w
         op = "recv"
         t = _checks.single(op, "tensors", tensors)
         src = _checks.rank(op, "source rank", srcRank, self._size)
@@ -566,10 +438,8 @@ class GodistProcessGroup(dist.ProcessGroup):
     def _recv(self, op, t, src, tag):
         outs = _Outputs()
         buf = outs.prep(t)
-        lib, h = _lib.load(), self._h
-        b = self._bufs([_desc(buf)])
-        calls = [lambda fl, w: lib.recv(h, b, src, int(tag), 0, fl, w)]
-        return self._track(submit(op, [t], calls, outs.finalizer(), keep=(buf, b), async_op=True))
+        calls = [(self._raw_recv, self._op(None, buf=_desc(buf), peer=src, tag=_checks.tag(op, tag)))]
+        return self._submit(op, [t], calls, outs, keep=buf, async_op=True)
 
     # ----- names torch used before the 2.13 rename ------------------------
     _allgather_base = all_gather_single

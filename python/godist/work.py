@@ -1,12 +1,18 @@
-"""Work objects and the completion thread.
+"""Work objects and their completion.
 
-An asynchronous op is handed to Go with ``flags=ASYNC`` and held here (with its
-buffers). A caller that waits for it settles it on its own thread, waiting
-in Go. Once someone watches it instead (``get_future``, ``is_completed``),
-``godist_work_watch`` has Go push its handle to a completion queue when it
-finishes; one daemon thread per process blocks in ``godist_wait_any`` (the
-GIL is released while it waits), collects the outcome, runs the op's
-finaliser (copy-backs for non-contiguous outputs) and completes the
+Go owns the state of every op (capi/work.go): running or done, watched or
+not, and which caller collected its outcome (exactly one does:
+``godist_work_wait`` frees the handle for the first caller that finds the
+op done and tells any other that it is gone). Python keeps one table, the
+asynchronous ops not yet collected (``_Completer._ops``, handle -> op),
+which holds their buffers alive.
+
+A caller that waits collects its op on its own thread, waiting in Go with
+the GIL released. Once someone watches an op instead (``get_future``,
+``is_completed``, or past ``_HOLD_MAX`` outstanding ops), Go pushes its handle
+to the completion queue when it finishes; one daemon thread per process
+blocks in ``godist_wait_any``, collects the op, runs its finaliser
+(copy-backs for non-contiguous outputs) and completes the
 :class:`GodistWork` (its event and its torch future). Synchronous ops
 (``async_op=False``) are waited for on the calling thread and return an
 already completed Work.
@@ -25,7 +31,6 @@ import torch
 import torch.distributed as dist
 
 from . import _errors, _lib
-from ._lib import WAIT_AT, fill_wait
 
 _WAIT_SLICE_MS = 100
 _yield = getattr(os, "sched_yield", lambda: None)
@@ -88,12 +93,12 @@ class GodistWork(dist._Work):
             return self._event
 
     def is_completed(self) -> bool:
-        # A finished op is settled here, on the calling thread: a caller
+        # A finished op is collected here, on the calling thread: a caller
         # polling in a loop holds the GIL the completion thread would need
         # (it got it back only every switch interval, 5 ms).
         if not self._done:
             g = self._group
-            if g is None or not completer.poll_here(g):
+            if g is None or not completer.collect(g, 0):
                 self._watch()
                 _yield()  # on a busy core, let the op's thread run
         return self._done
@@ -110,13 +115,17 @@ class GodistWork(dist._Work):
         GodistTimeoutError."""
         if not self._done:
             g = self._group
-            if timeout is not None or g is None or not completer.wait_held(g):
+            if timeout is None and g is not None:
+                # Collect it on this thread, waiting in Go.
+                completer.collect(g, None)
+            if not self._done:
                 self._block(timeout)
         if self._exc is not None:
             raise self._exc
         return True
 
     def _block(self, timeout):
+        """Wait for the completion thread to complete this Work."""
         secs = None
         if isinstance(timeout, datetime.timedelta):
             secs = timeout.total_seconds()
@@ -124,14 +133,9 @@ class GodistWork(dist._Work):
             secs = float(timeout)
         if secs is not None and secs <= 0:
             secs = None
-        if secs is None and self._group is not None:
-            # Wait in Go on this thread instead of for the completion thread.
-            completer.wait_here(self._group)
-            if self._done:
-                return
         ev = self._get_event()
-        # A held op reaches the completion thread (which sets ev) only once
-        # it is watched.
+        # An op reaches the completion thread (which sets ev) only once it
+        # is watched.
         self._watch()
         deadline = None if secs is None else time.monotonic() + secs
         while not ev.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))):
@@ -175,24 +179,15 @@ class GodistWork(dist._Work):
         self.wait()
 
 
-class _Pending:
-    """One Go work handle an op is waiting for."""
-
-    __slots__ = ("group", "handle")
-
-    def __init__(self, group, handle):
-        self.group = group
-        self.handle = handle
-
-
 class _Group:
-    """An op made of one or more Go works; it completes when all have."""
+    """An op made of one or more Go works; it completes when all have been
+    collected."""
 
-    __slots__ = ("work", "left", "exc", "source", "finalize", "keep", "handles")
+    __slots__ = ("work", "left", "exc", "source", "finalize", "keep", "handles", "watched")
 
-    def __init__(self, work, n, finalize, keep, handles=()):
-        self.work, self.left, self.exc, self.source = work, n, None, -1
-        self.finalize, self.keep, self.handles = finalize, keep, list(handles)
+    def __init__(self, work, finalize, keep, handles):
+        self.work, self.left, self.exc, self.source = work, len(handles), None, -1
+        self.finalize, self.keep, self.handles, self.watched = finalize, keep, handles, False
 
 
 def _complete_group(g: _Group):
@@ -207,131 +202,71 @@ def _complete_group(g: _Group):
     g.work._finish(exc, g.source)
 
 
+# What _collect reports for a handle that another thread collected.
+_GONE = object()
+
+
 class _Completer:
-    """The per-process completion thread."""
+    """The table of asynchronous ops not yet collected, and the per-process
+    completion thread."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._held = {}  # handle -> _Group: submitted, nobody watches yet
-        self._pending = {}  # handle -> _Pending: Go pushes it when done
-        self._early = {}
-        self._claimed = set()  # handles settled by a waiting caller instead
+        self._ops = {}  # handle -> _Group, in submission order
+        self._limit = _HOLD_MAX
         self._thread = None
         self._stopping = False
 
     def hold(self, group: _Group):
-        """Keep an async op's handles (and through them its buffers) until
-        a caller waits for it or watches it. Past _HOLD_MAX held handles,
-        the oldest ones are watched, so ops nobody waits for still get
-        settled and freed."""
-        with self._lock:
-            for h in group.handles:
-                self._held[h] = group
-            spill = len(self._held) > _HOLD_MAX
-        if spill:
-            self._spill()
-
-    def hold_one(self, group: _Group, h: int):
-        """hold for a group of the one handle h, as adopt makes: a single
-        dict store, atomic under the GIL like wait_held's pop (every use of
-        _held is one dict operation), so no lock."""
-        held = self._held
-        held[h] = group
-        if len(held) > _HOLD_MAX:
-            self._spill()
-
-    def _spill(self):
-        """Watch the older half of the held groups."""
-        with self._lock:
-            old = list(self._held.values())[: len(self._held) // 2]
-        for g in dict.fromkeys(old):
-            self.watch(g)
+        """Keep an async op (and through it its buffers) until it is
+        collected. Past _HOLD_MAX outstanding ops, the older half is watched,
+        so ops nobody waits for still get collected and freed."""
+        ops = self._ops
+        for h in group.handles:
+            ops[h] = group  # one dict operation: atomic under the GIL
+        if len(ops) > self._limit:
+            old = list(ops.values())[: len(ops) // 2]
+            for g in dict.fromkeys(old):
+                self.watch(g)
+            self._limit = max(_HOLD_MAX, 2 * len(ops))
 
     def watch(self, group: _Group):
-        """Have the completion thread settle group when Go completes it."""
-        lib = _lib.load()
+        """Have the completion thread collect group when Go completes it."""
+        if group.watched:
+            return
+        group.watched = True
         with self._lock:
-            mine = [h for h in group.handles if self._held.pop(h, None) is not None]
-        if mine:
-            self.add(group, mine)
-            for h in mine:
-                lib.work_watch(h)
-
-    def add(self, group: _Group, handles):
-        lib = _lib.load()
-        ready = []
-        with self._lock:
-            for h in handles:
-                if h in self._early:
-                    self._early.pop(h)
-                    ready.append(h)
-                else:
-                    self._pending[h] = _Pending(group, h)
             if not self._stopping and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._loop, name="godist-completion", daemon=True)
                 self._thread.start()
-        for h in ready:
-            self._settle(lib, group, h)
-
-    def wait_held(self, group) -> bool:
-        """wait_here for the common case, an op of one Go work that nobody
-        watches (the caller waits right after issuing it); reports whether
-        it applied. Taking the handle out of _held (one dict operation, atomic
-        under the GIL) makes it this thread's alone: watch and wait_here no
-        longer find it, and Go pushes only watched handles."""
-        handles = group.handles
-        if len(handles) != 1 or self._held.pop(handles[0], None) is None:
-            return False
-        exc, src = _wait_handle(_lib.load(), handles[0])
-        group.left = 0
-        group.exc = exc
-        if src >= 0:
-            group.source = src
-        _complete_group(group)
-        return True
-
-    def wait_here(self, group):
-        """Settle group's pending handles on the calling thread, waiting in
-        Go (GIL released, in slices so Ctrl-C works); saves the hop through
-        the completion thread for a caller that blocks anyway."""
         lib = _lib.load()
-        with self._lock:
-            held = [h for h in group.handles if self._held.pop(h, None) is not None]
-            watched = [h for h in group.handles if self._pending.pop(h, None) is not None]
-            self._claimed.update(watched)
-        if watched:
-            # Handles Go has not pushed yet never will be: the completion
-            # thread is not woken for them at all.
-            unqueued = [h for h in watched if lib.work_claim(h) == _errors.OK]
-            if unqueued:
-                with self._lock:
-                    self._claimed.difference_update(unqueued)
-        for h in held + watched:
-            exc, src = _wait_handle(lib, h)
-            self._record(group, exc, src)
-
-    def poll_here(self, group) -> bool:
-        """Settle group on the calling thread if every one of its Go works
-        has finished (a check that does not wait), and report whether it did."""
-        lib = _lib.load()
-        src = ctypes.c_int32()
         for h in group.handles:
-            try:
-                if lib.work_wait(h, 0, ctypes.byref(src)) == _errors.NOT_READY:
-                    return False
-            except Exception:  # the op's error, or a handle settled already: done
-                pass
-        self.wait_here(group)
-        return True
+            lib.work_watch(h)  # a collected handle is refused: nothing to watch
 
-    def _settle(self, lib, group, h):
-        # h has completed (Go pushed it): one raw call collects its outcome
-        # and frees it.
-        exc, src = _wait_handle(lib, h)
-        self._record(group, exc, src)
+    def collect(self, group: _Group, timeout_ms) -> bool:
+        """Collect group's Go works on this thread, waiting up to timeout_ms
+        for each (None: until done, in slices so Ctrl-C works), and report
+        whether none is still running. Works another thread collected are
+        skipped; the group completes on whichever thread collects its last."""
+        for h in group.handles:
+            while True:
+                r = _collect(h, _WAIT_SLICE_MS if timeout_ms is None else timeout_ms)
+                if r is not None:
+                    break
+                if timeout_ms is not None:
+                    return False
+            if r is not _GONE:
+                self._record(self._ops.pop(h), *r)
+        return True
 
     def _record(self, group, exc, src):
-        """One of group's Go works ended (its handle is freed already)."""
+        """One of group's Go works was collected by this thread."""
+        if len(group.handles) == 1:  # no other thread records for it
+            group.exc, group.left = exc, 0
+            if src >= 0:
+                group.source = src
+            _complete_group(group)
+            return
         with self._lock:
             if exc is not None and group.exc is None:
                 group.exc = exc
@@ -354,16 +289,9 @@ class _Completer:
                 return
             for i in range(n.value):
                 h = out[i]
-                with self._lock:
-                    p = self._pending.pop(h, None)
-                    if p is None:
-                        if h in self._claimed:
-                            self._claimed.discard(h)
-                        else:
-                            self._early[h] = True
-                        continue
-                self._settle(lib, p.group, h)
-
+                r = _collect(h, 0)
+                if r is not None and r is not _GONE:
+                    self._record(self._ops.pop(h), *r)
 
     def stop(self, timeout: float = 2.0):
         """Stop the completion thread (at interpreter exit, after the groups
@@ -383,9 +311,42 @@ completer = _Completer()
 atexit.register(completer.stop)
 
 
+def _collect(h: int, timeout_ms: int):
+    """Wait up to timeout_ms for Go work h and collect it: (error or None,
+    source rank) if this call collected it, _GONE if another caller had,
+    None if it is still running. One raw call through this thread's wait
+    block."""
+    if _lib._forked:
+        raise _lib._forked_error()
+    addr, blk, eb = _lib.wait_block(_WAIT_SLICE_MS)
+    blk.work, blk.timeout_ms = h, timeout_ms
+    rc = _lib.load().raw.work_wait(addr)
+    if rc == _errors.OK:
+        return None, blk.source
+    if rc == _errors.NOT_READY:
+        return None
+    if rc == _errors.INVALID and eb.cause == _HANDLE:
+        return _GONE
+    return _errors.from_buffer(rc, eb), -1
+
+
+_HANDLE = _errors.CAUSES.index("handle")
+
+
+def _wait_handle(h: int):
+    """Wait for a Go work nobody else collects (in slices, so Ctrl-C
+    works) and return (error or None, source rank). An interrupt leaves it
+    uncollected: the op may still be writing into its buffers."""
+    while True:
+        r = _collect(h, _WAIT_SLICE_MS)
+        if r is not None:
+            return (_errors.GodistInvalidError(f"godist: work {h} was collected twice", _errors.INVALID), -1) \
+                if r is _GONE else r
+
+
 def submit(op: str, outputs, calls, finalize=None, keep=None, async_op=True) -> GodistWork:
-    """Run one op made of Go calls. ``calls`` is a list of functions, each
-    taking (flags, work_ptr) and calling one exported function. Returns a
+    """Run one op made of Go calls: ``calls`` is a list of (entry point,
+    :class:`godist._lib.GodistOp`) pairs, one per Go work. Returns a
     GodistWork, completed already when async_op is False.
 
     While torch's profiler runs, the op shows in it as ``godist:<op>`` (its
@@ -398,28 +359,26 @@ def submit(op: str, outputs, calls, finalize=None, keep=None, async_op=True) -> 
 
 
 def _submit(op, outputs, calls, finalize, keep, async_op):
-    lib = _lib.load()
     work = GodistWork(op, outputs)
     handles = []
-    # 0: a synchronous caller; Go returns the outcome of an op that
-    # completed during the call (inline collectives, sends) with no handle.
-    # ASYNC: Go does not report completion until the work is watched
-    # (get_future, is_completed); a caller that waits settles it on its own
-    # thread.
+    # Without ASYNC, Go returns the outcome of an op that completed during
+    # the call (inline collectives, sends) and no handle. With it, Go
+    # reports completion to the completion thread only once the work is
+    # watched; a caller that waits collects it on its own thread.
     flags = _lib.ASYNC if async_op else 0
     try:
-        for call in calls:
-            h = ctypes.c_uint64()
-            call(flags, ctypes.byref(h))
-            if h.value:
-                handles.append(h.value)
+        for fn, blk in calls:
+            blk.flags = flags
+            h = _lib.run(fn, blk)
+            if h:
+                handles.append(h)
     except Exception:
         # Already submitted parts still run; wait for them so no Go op writes
         # into memory Python may free, then re-raise.
         for h in handles:
-            _wait_handle(lib, h)
+            _wait_handle(h)
         raise
-    group = _Group(work, len(handles), finalize, keep, handles)
+    group = _Group(work, finalize, keep, handles)
     if not handles:
         _complete_group(group)
         return work
@@ -428,7 +387,7 @@ def _submit(op, outputs, calls, finalize, keep, async_op):
         completer.hold(group)
         return work
     for h in handles:
-        exc, src = _wait_handle(lib, h)
+        exc, src = _wait_handle(h)
         if exc is not None and group.exc is None:
             group.exc = exc
         if src >= 0:
@@ -440,14 +399,14 @@ def _submit(op, outputs, calls, finalize, keep, async_op):
 
 
 def adopt(op: str, outputs, handle: int, keep=None) -> GodistWork:
-    """The Work of an op submitted by a raw call that is still running: held
+    """The Work of an op submitted by a fast path and still running: held
     like any asynchronous op (see submit)."""
     work = _Live()
     work._op = op
     work._outputs = outputs
-    group = _Group(work, 1, None, keep, (handle,))
+    group = _Group(work, None, keep, (handle,))
     work._group = group
-    completer.hold_one(group, handle)
+    completer.hold(group)
     return work
 
 
@@ -463,7 +422,7 @@ class _Done(GodistWork):
     """A Work complete when it is made: what a synchronous fast path returns
     when its op finished during the call. Its __init__ is pybind's alone
     (the caller sets _op and _outputs), which makes it in about half the
-    time of a GodistWork: 0.4 against 0.8 µs, of a small op's 7 µs or so."""
+    time of a GodistWork."""
 
     _done = True
     __init__ = dist._Work.__init__
@@ -477,7 +436,7 @@ def finish_sync(op: str, outputs, rc: int, handle: int, errbuf, source: int = -1
     if rc != _errors.OK:
         raise _errors.from_buffer(rc, errbuf)
     if handle:
-        exc, src = _wait_handle(_lib.load(), handle)
+        exc, src = _wait_handle(handle)
         if exc is not None:
             raise exc
         if src >= 0:
@@ -488,24 +447,6 @@ def finish_sync(op: str, outputs, rc: int, handle: int, errbuf, source: int = -1
     if source >= 0:
         w._source = source
     return w
-
-
-def _wait_handle(lib, h):
-    """Wait for a Go work (in slices, so Ctrl-C works), free its handle and
-    return (error or None, source rank). An interrupt leaves it allocated:
-    the op may still be writing into its buffers. One raw call per slice
-    (godist_call_work_wait through this thread's godist_call block)."""
-    if _lib._forked:
-        raise _lib._forked_error()
-    view, addr, blk, eb = _lib.call_block()
-    wait = lib.raw.call_work_wait
-    rc = _errors.NOT_READY
-    while rc == _errors.NOT_READY:
-        fill_wait(view, WAIT_AT, _WAIT_SLICE_MS, 0, h)
-        rc = wait(addr)
-    if rc == _errors.OK:
-        return None, blk.arg0
-    return _errors.from_buffer(rc, eb), -1
 
 
 def combine(op: str, works) -> GodistWork:

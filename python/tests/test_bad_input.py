@@ -3,6 +3,8 @@ the group stays usable afterwards."""
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -104,51 +106,57 @@ def test_bad_input_raises_clearly(n):
     assert not problems, "\n".join(problems)
 
 
-def call_block_worker(rank, n, init_file):
-    """The godist_call entry points check the block's fields themselves (C
+def op_block_worker(rank, n, init_file):
+    """The ops' entry points check a godist_op's fields themselves (C
     callers fill it by hand): out-of-range ranks and codes, a NULL buffer
-    with a length, a stale group handle and a NULL block are errors."""
+    with a length, lists of the wrong length, a stale group handle and a
+    NULL block are errors."""
     from godist import _errors, _lib
-    from godist._lib import OUT_AT, WAIT_AT, fill, fill_out, fill_wait
+    from godist._lib import OUT_AT, TAG_AT, fill, fill_out, fill_tag
 
     init(rank, n, init_file, gloo_group=False)
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     raw = _lib.load().raw
-    view, addr, blk, eb = _lib.call_block()
+    view, addr, blk, eb = _lib.op_block()
     t = torch.ones(4)
+    h = backend._h
+    # (op, (pg, data, nbytes, timeout_ms, flags, dtype, reduce_op, root, peer), expected message)
     cases = [
-        ("broadcast", (backend._h, t.data_ptr(), t.nbytes, 1 << 40, 0), "root rank 1099511627776 out of range"),
-        ("broadcast", (backend._h, t.data_ptr(), t.nbytes, n, 0), "out of range"),
-        ("send", (backend._h, t.data_ptr(), t.nbytes, -(1 << 33), 0), "destination rank"),
-        ("allreduce", (backend._h, t.data_ptr(), t.nbytes, 2, 1 << 31), "reduce op 2147483648 out of range"),
-        ("allreduce", (backend._h, t.data_ptr(), t.nbytes, 99, 0), "dtype"),
-        ("allreduce", (backend._h, 0, 16, 2, 0), "NULL data pointer with length 16"),
-        ("allreduce", (backend._h, t.data_ptr(), -4, 2, 0), "invalid length -4"),
-        ("barrier", (backend._h + 1000, 0, 0, 0, 0), "handle"),
+        ("broadcast", (h, t.data_ptr(), t.nbytes, 0, 0, 0, 0, n, 0), f"root rank {n} is out of range"),
+        ("broadcast", (h, t.data_ptr(), t.nbytes, 0, 0, 0, 0, -1, 0), "root rank -1 is out of range"),
+        ("reduce", (h, t.data_ptr(), t.nbytes, 0, 0, 2, 0, 1 << 30, 0), f"root rank {1 << 30} is out"),
+        ("send", (h, t.data_ptr(), t.nbytes, 0, 0, 0, 0, 0, -(1 << 31)), f"destination rank {-(1 << 31)} is out"),
+        ("recv", (h, t.data_ptr(), t.nbytes, 0, 0, 0, 0, 0, n), f"source rank {n} is out"),
+        ("allreduce", (h, t.data_ptr(), t.nbytes, 0, 0, 2, (1 << 31) - 1, 0, 0), "reduce op"),
+        ("allreduce", (h, t.data_ptr(), t.nbytes, 0, 0, 99, 0, 0, 0), "dtype"),
+        ("allreduce", (h, 0, 16, 0, 0, 2, 0, 0, 0), "NULL data pointer with length 16"),
+        ("allreduce", (h, t.data_ptr(), -4, 0, 0, 2, 0, 0, 0), "invalid length -4"),
+        ("barrier", (h + 1000, 0, 0, 0, 0, 0, 0, 0, 0), "handle"),
     ]
     problems = []
     for op, fields, text in cases:
-        fill(view, 0, *fields, 0, 0)
-        rc = getattr(raw, "call_" + op)(addr)
+        fill(view, 0, *fields)
+        fill_tag(view, TAG_AT, 0)
+        rc = getattr(raw, op)(addr)
         msg = eb.message.decode()
         if rc != _errors.INVALID or text not in msg:
             problems.append(f"{op} {fields[3:]}: rc {rc}, message {msg!r} (want {text!r})")
-    if raw.call_barrier(None) != _errors.INVALID:
+    if raw.barrier(None) != _errors.INVALID or raw.work_wait(None) != _errors.INVALID:
         problems.append("NULL block accepted")
-    for flags in (-1, 2, 1 << 40):  # only GODIST_ASYNC (1) is defined
-        fill(view, 0, backend._h, t.data_ptr(), t.nbytes, 0, 0, 0, flags)
-        rc = raw.call_broadcast(addr)
+    for flags in (-1, 2, 1 << 30):  # only GODIST_ASYNC (1) is defined
+        fill(view, 0, h, t.data_ptr(), t.nbytes, 0, flags, 0, 0, 0, 0)
+        rc = raw.broadcast(addr)
         msg = eb.message.decode()
         if rc != _errors.INVALID or "unknown flags" not in msg:
             problems.append(f"flags {flags}: rc {rc}, message {msg!r}")
-    # Two-buffer entries: the output's fields, and sizes that do not split
-    # into one part per rank.
+    # Two-buffer entries split evenly: the output's fields, and sizes that
+    # do not split into one part per rank.
     big = torch.zeros(4 * n)
     odd = torch.zeros(4 * n + 1, dtype=torch.uint8)
     cases2 = [
         ("allgather", (t.data_ptr(), t.nbytes, 0, 0), (0, 16), "output buffer: NULL data pointer with length 16"),
         ("allgather", (t.data_ptr(), t.nbytes, 0, 0), (big.data_ptr(), -8), "output buffer: invalid length -8"),
-        ("reduce_scatter", (big.data_ptr(), big.nbytes, 2, 1 << 32), (t.data_ptr(), t.nbytes), "reduce op"),
+        ("reduce_scatter", (big.data_ptr(), big.nbytes, 2, (1 << 31) - 1), (t.data_ptr(), t.nbytes), "reduce op"),
     ]
     if n > 1:  # one part per rank does not fit (any size splits into one part)
         cases2 += [
@@ -156,15 +164,41 @@ def call_block_worker(rank, n, init_file):
              f"alltoall: the input's {4 * n + 1} bytes do not split into {n} equal parts"),
             ("reduce_scatter", (odd.data_ptr(), odd.nbytes, 0, 0), (t.data_ptr(), 1), "do not split into"),
             ("allgather", (t.data_ptr(), t.nbytes, 0, 0), (big.data_ptr(), big.nbytes + 4),
-             "output list[0] has 18 bytes, expected 16"),
+             f"output list[0] has {(big.nbytes + 4) // n} bytes, expected 16" if 4 % n == 0 else "do not split into"),
         ]
     for op, fields, out, text in cases2:
-        fill(view, 0, backend._h, *fields, 0, 0)
+        fill(view, 0, h, fields[0], fields[1], 0, 0, fields[2], fields[3], 0, 0)
         fill_out(view, OUT_AT, *out)
-        rc = getattr(raw, "call_" + op)(addr)
+        rc = getattr(raw, op)(addr)
         msg = eb.message.decode()
         if rc != _errors.INVALID or text not in msg:
             problems.append(f"{op} {fields[2:]} out {out}: rc {rc}, message {msg!r} (want {text!r})")
+    fill_out(view, OUT_AT, 0, 0)
+    # Lists: a list of the wrong length, a NULL list with a length, a bad
+    # entry.
+    four = [torch.zeros(4) for _ in range(n + 1)]
+    lists = [
+        ("allgather", _lib.GodistOp(pg=h, buf=(t.data_ptr(), t.nbytes)), "outs", [(x.data_ptr(), x.nbytes) for x in four],
+         f"{n + 1}"),
+        ("alltoall", _lib.GodistOp(pg=h, outs=_lib.buf_list([(x.data_ptr(), x.nbytes) for x in four[:n]])[0], nouts=n),
+         "ins", [(0, 8)] * n, "NULL data pointer with length 8"),
+        ("scatter", _lib.GodistOp(pg=h, out=(t.data_ptr(), t.nbytes), root=0), "nins", 3, "NULL list"),
+    ]
+    for op, blk2, field, value, text in lists:
+        if field == "nins":
+            blk2.nins = value
+        else:
+            arr, k = _lib.buf_list(value)
+            setattr(blk2, field, arr)
+            setattr(blk2, "n" + field, k)
+        try:
+            _lib.run(getattr(raw, op), blk2)
+            problems.append(f"{op} {field}: accepted")
+        except _errors.GodistInvalidError as e:
+            if text not in str(e):
+                problems.append(f"{op} {field}: {e} (want {text!r})")
+        except Exception as e:
+            problems.append(f"{op} {field}: {type(e).__name__}: {e}")
     # The same ops through torch, synchronous and asynchronous (the fast
     # paths of process_group.py), against what every rank contributed.
     x = torch.arange(4 * n, dtype=torch.float32) + 100 * rank
@@ -192,33 +226,33 @@ def call_block_worker(rank, n, init_file):
         if not torch.equal(s, want):
             problems.append(f"reduce_scatter_tensor MAX async={async_op}: {s.tolist()} != {want.tolist()}")
     # A good block still works after the bad ones, through the same entry.
-    fill(view, 0, backend._h, t.data_ptr(), t.nbytes, 2, 0, 0, 0)
-    rc = raw.call_allreduce(addr)
+    fill(view, 0, h, t.data_ptr(), t.nbytes, 0, 0, 2, 0, 0, 0)
+    rc = raw.allreduce(addr)
     if rc != _errors.OK or blk.work != 0 or not torch.equal(t, torch.full((4,), float(n))):
         problems.append(f"good block: rc {rc}, work {blk.work}, {t.tolist()}")
-    # call_work_wait: an asynchronous op's handle is waited for and freed
-    # (a second wait finds it gone); a NULL block is refused.
+    # work_wait: an asynchronous op's handle is collected once and freed;
+    # a second wait finds it gone (cause "handle").
     live = _lib.load().live_handles()
-    fill(view, 0, backend._h, t.data_ptr(), t.nbytes, 2, 0, 0, _lib.ASYNC)
-    rc, h = raw.call_allreduce(addr), blk.work
-    fill_wait(view, WAIT_AT, 60_000, 0, h)
-    rc2 = raw.call_work_wait(addr)
-    if rc != _errors.OK or h == 0 or rc2 != _errors.OK or blk.arg0 != -1 or not torch.equal(t, torch.full((4,), float(n * n))):
-        problems.append(f"async op through call_work_wait: rc {rc}/{rc2}, handle {h}, source {blk.arg0}, {t.tolist()}")
+    fill(view, 0, h, t.data_ptr(), t.nbytes, 0, _lib.ASYNC, 2, 0, 0, 0)
+    rc, work = raw.allreduce(addr), blk.work
+    wb = _lib.GodistOp(work=work, timeout_ms=60_000, errbuf=ctypes.addressof(eb), errlen=_lib.ERRLEN)
+    rc2 = raw.work_wait(ctypes.addressof(wb))
+    if rc != _errors.OK or work == 0 or rc2 != _errors.OK or wb.source != -1 or \
+            not torch.equal(t, torch.full((4,), float(n * n))):
+        problems.append(f"async op through work_wait: rc {rc}/{rc2}, handle {work}, source {wb.source}, {t.tolist()}")
     if _lib.load().live_handles() != live:
-        problems.append(f"call_work_wait left {_lib.load().live_handles() - live} handles")
-    fill_wait(view, WAIT_AT, 0, 0, h)
-    rc = raw.call_work_wait(addr)
-    if rc != _errors.INVALID or "handle" not in eb.message.decode():
-        problems.append(f"call_work_wait on a freed handle: rc {rc}, {eb.message.decode()!r}")
-    if raw.call_work_wait(None) != _errors.INVALID:
-        problems.append("call_work_wait: NULL block accepted")
+        problems.append(f"work_wait left {_lib.load().live_handles() - live} handles")
+    wb.timeout_ms = 0
+    rc = raw.work_wait(ctypes.addressof(wb))
+    if rc != _errors.INVALID or _errors.CAUSES[eb.cause] != "handle" or "collected" not in eb.message.decode() and \
+            "handle" not in eb.message.decode():
+        problems.append(f"work_wait on a collected handle: rc {rc}, cause {eb.cause}, {eb.message.decode()!r}")
     dist.destroy_process_group()
     return problems
 
 
-@pytest.mark.parametrize("n", [1, 2])
-def test_call_block_checks_fields(n):
-    results = run_world(call_block_worker, n, timeout=120)
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_op_block_checks_fields(n):
+    results = run_world(op_block_worker, n, timeout=120)
     problems = [f"rank {r}: {p}" for r, ps in enumerate(results) for p in ps]
     assert not problems, "\n".join(problems)

@@ -112,3 +112,43 @@ def test_bench_gloo_reduce_scatter_fallback(tmp_path):
     assert all(r["wrong"] == "0" for r in rows), rows
     assert not (out / "results.png").exists()
     assert "all_reduce+chunk fallback" in (out / "results.md").read_text()
+
+
+def _write_run(folder, times):
+    """A results.csv with godist and gloo rows for {(P, op, bytes): (godist µs, gloo µs)}."""
+    os.makedirs(folder, exist_ok=True)
+    cols = ["world_size", "op", "variant", "backend", "dtype", "redop", "nominal_bytes", "time_us", "godist_speedup",
+            "status"]
+    with open(os.path.join(folder, "results.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, cols)
+        w.writeheader()
+        for (p, op, nbytes), (g, gl) in times.items():
+            base = dict(world_size=p, op=op, variant="native", dtype="float32", redop="sum", nominal_bytes=nbytes,
+                        godist_speedup=gl / g, status="ok")
+            w.writerow(dict(base, backend="godist", time_us=g))
+            w.writerow(dict(base, backend="gloo", time_us=gl))
+
+
+def test_bench_compare_flags_only_slowdowns_beyond_noise(tmp_path):
+    """python -m godist.bench.compare: a cell slower than the base's slowest
+    run by more than the tolerance, in time and in speed against gloo, is
+    reported; one within the base's noise, or one whose gloo slowed as much,
+    is not."""
+    from godist.bench import compare
+    a, b, c = (2, "all_reduce", 8), (2, "broadcast", 8), (4, "barrier", 0)
+    _write_run(tmp_path / "b1", {a: (10.0, 100.0), b: (10.0, 100.0), c: (10.0, 100.0)})
+    _write_run(tmp_path / "b2", {a: (11.0, 100.0), b: (12.0, 100.0), c: (10.0, 100.0)})
+    # a: 30% slower; b: within the base's spread; c: godist and gloo both 30% slower (the machine)
+    _write_run(tmp_path / "n1", {a: (13.0, 100.0), b: (12.0, 100.0), c: (13.0, 130.0)})
+    out = tmp_path / "cmp.md"
+    rc = compare.main(["--base", str(tmp_path / "b1"), str(tmp_path / "b2"), "--new", str(tmp_path / "n1"),
+                       "--out", str(out)])
+    text = out.read_text()
+    assert rc == 1
+    assert "Slower cells: 2 all_reduce float32 sum 8\n" in text, text
+    assert "| 2 | broadcast |" in text and "| 4 | barrier |" in text
+    _write_run(tmp_path / "n2", {a: (11.0, 100.0), b: (11.0, 100.0), c: (10.0, 100.0)})
+    assert compare.main(["--base", str(tmp_path / "b1"), str(tmp_path / "b2"), "--new", str(tmp_path / "n2"),
+                         "--out", str(out)]) == 0
+    with pytest.raises(SystemExit):
+        compare.main(["--base", str(tmp_path / "b1"), "--new", str(tmp_path / "n2")])
