@@ -187,6 +187,7 @@ func TestDeliveryAdoptionRace(t *testing.T) {
 				fill(&d, got, src[got:got+k])
 				got += k
 				if got%(64<<10) == 0 {
+					// Jitter, not ordering: receives land mid-message.
 					time.Sleep(20 * time.Microsecond)
 				}
 			}

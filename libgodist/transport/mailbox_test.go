@@ -17,8 +17,10 @@ import (
 func TestHelperDrivesWait(t *testing.T) {
 	mb := NewMailbox(2)
 	var calls atomic.Int32
+	declined := make(chan struct{}, 8) // a token each time the helper declines
 	mb.SetHelper(func(peer int, done <-chan struct{}, until time.Time) bool {
 		if peer != 1 {
+			declined <- struct{}{}
 			return false
 		}
 		if calls.Add(1) == 3 {
@@ -38,13 +40,15 @@ func TestHelperDrivesWait(t *testing.T) {
 	require.True(t, r.Help(time.Time{}))
 	require.Equal(t, int32(4), calls.Load())
 
-	// Peer 0: the helper declines; Wait blocks until the message comes.
+	// Peer 0: the helper declines; Wait blocks until the message comes,
+	// delivered once Wait has asked the helper and been turned down.
 	r = mb.Post(0, P2PTag(0), buf)
+	require.False(t, r.Help(time.Now().Add(time.Second)))
+	<-declined // Help's
 	go func() {
-		time.Sleep(10 * time.Millisecond)
+		<-declined // Wait's
 		_ = mb.Deliver(0, P2PTag(0), 3, bytes.NewReader([]byte{4, 5, 6}))
 	}()
-	require.False(t, r.Help(time.Now().Add(time.Second)))
 	require.NoError(t, r.Wait(ctx))
 	require.Equal(t, []byte{4, 5, 6}, buf)
 

@@ -40,13 +40,21 @@ func TestWaitAllGroupHelper(t *testing.T) {
 func TestWaitAllDeclinedOrFailed(t *testing.T) {
 	mb := NewMailbox(3)
 	used := 0
-	mb.SetGroupHelper(func([]int, func() bool, time.Time) bool { used++; return false })
+	declined := make(chan struct{}, 1)
+	mb.SetGroupHelper(func([]int, func() bool, time.Time) bool {
+		used++
+		select {
+		case declined <- struct{}{}:
+		default:
+		}
+		return false
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	a, b := make([]byte, 1), make([]byte, 1)
 	rs := []*Recv{mb.Post(1, P2PTag(0), a), mb.Post(2, P2PTag(0), b)}
 	go func() {
-		time.Sleep(20 * time.Millisecond)
+		<-declined // WaitAll now waits for the receives one by one
 		_ = mb.Deliver(2, P2PTag(0), 1, bytes.NewReader([]byte{7}))
 		_ = mb.Deliver(1, P2PTag(0), 1, bytes.NewReader([]byte{9}))
 	}()
