@@ -1,6 +1,7 @@
 package libgodist
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand"
@@ -319,24 +320,67 @@ func TestTimeoutNamesMissingRank(t *testing.T) {
 	require.ErrorIs(t, w.Err(), ErrBroken)
 }
 
-// TestTimeoutMissingAfterPeersLeft: rank 1 starts late, so ranks 0 and 2
-// time out first and close their groups before rank 1 asks them how far
-// they got. Their farewell still says they joined: rank 1 names only the
-// rank that never came.
+// queryHold wraps a rank's transport: the progress queries it sends (a
+// timed-out rank asking its peers how far they got) wait until release is
+// closed.
+type queryHold struct {
+	transport.Transport
+	release <-chan struct{}
+}
+
+func (q *queryHold) Send(ctx context.Context, peer int, tag transport.Tag, data []byte) error {
+	if tag == transport.ControlTag(0) {
+		select {
+		case <-q.release:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return q.Transport.Send(ctx, peer, tag, data)
+}
+
+// TestTimeoutMissingAfterPeersLeft: ranks 0 and 2 time out and close their
+// groups before rank 1, timed out too, asks them how far they got (its
+// queries are held until they have left). Their farewell still says they
+// joined: rank 1 names only the rank that never came.
 func TestTimeoutMissingAfterPeersLeft(t *testing.T) {
-	pgs, _ := group(t, 4, 300*time.Millisecond)
-	var early sync.WaitGroup // ranks 0 and 2 both failed
-	early.Add(2)
-	errs := onAll(t, pgs[:3], func(r int, pg *ProcessGroup) (*Work, error) {
+	const n = 4
+	net := transport.NewMemNetwork(n)
+	left := make(chan struct{})
+	pgs := make([]*ProcessGroup, n)
+	for r := range pgs {
+		tr := net.Transport(r)
 		if r == 1 {
-			time.Sleep(150 * time.Millisecond)
+			tr = &queryHold{Transport: tr, release: left}
+		}
+		pg, err := NewWithTransport(Config{Rank: r, Size: n, Group: "test", Timeout: 300 * time.Millisecond}, tr)
+		require.NoError(t, err)
+		pgs[r] = pg
+	}
+	t.Cleanup(func() {
+		for _, pg := range pgs {
+			pg.Close()
+		}
+	})
+	var early, gone sync.WaitGroup // ranks 0 and 2 both failed; both closed
+	early.Add(2)
+	gone.Add(2)
+	go func() { gone.Wait(); close(left) }()
+	errs := onAll(t, pgs[:3], func(r int, pg *ProcessGroup) (*Work, error) {
+		if r != 1 {
+			// Rank 1 has joined by the time ranks 0 and 2 time out.
+			if !waitUntil(10*time.Second, func() bool { return pgs[1].entered.Load() >= 1 }) {
+				t.Error("rank 1 never started its all_reduce")
+			}
 		}
 		w, err := pg.AllReduce(i64s(1, 2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
-		if err == nil && r != 1 {
-			_ = w.Err()
+		if r != 1 {
+			if err == nil {
+				_ = w.Err()
+			}
 			early.Done()
 			early.Wait()
-			pg.Close() // leaves before rank 1 times out
+			pg.Close() // leaves before rank 1 asks
+			gone.Done()
 		}
 		return w, err
 	})
