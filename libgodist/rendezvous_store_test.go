@@ -71,15 +71,35 @@ func TestRendezvousStoreTimeout(t *testing.T) {
 	assert.Contains(t, err.Error(), "rank(s) [1] did not join")
 }
 
-// TestRendezvousStoreClose: closing the group ends a rendezvous in progress.
+// waitSignal is a store that closes waiting when Wait is first called.
+type waitSignal struct {
+	store.Store
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (s *waitSignal) Wait(ctx context.Context, keys []string) error {
+	s.once.Do(func() { close(s.waiting) })
+	return s.Store.Wait(ctx, keys)
+}
+
+// TestRendezvousStoreClose: closing the group ends a rendezvous in progress
+// (waiting in the store for the other rank).
 func TestRendezvousStoreClose(t *testing.T) {
 	hs := store.NewHashStore(0)
 	defer hs.Close()
+	s := &waitSignal{Store: hs, waiting: make(chan struct{})}
 	pg, err := New(Config{Rank: 0, Size: 2, Group: "closing", Timeout: time.Second}, backends(t, ""))
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- pg.RendezvousStore(context.Background(), hs, time.Minute) }()
-	time.Sleep(50 * time.Millisecond)
+	go func() { done <- pg.RendezvousStore(context.Background(), s, time.Minute) }()
+	select {
+	case <-s.waiting:
+	case err := <-done:
+		t.Fatalf("rendezvous ended before waiting: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("rendezvous never waited in the store")
+	}
 	require.NoError(t, pg.Close())
 	select {
 	case err := <-done:
