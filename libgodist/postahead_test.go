@@ -13,22 +13,35 @@ import (
 	"github.com/godist/godist/libgodist/transport"
 )
 
-// aheadProbe wraps a rank's transport: its sends to slowTo sleep first, and
-// it records how many collective receives from watch were outstanding at
-// once (posted, not yet complete).
+// aheadProbe wraps a rank's transport: its sends to slowTo wait for gate
+// (or, should it never open, gateWait), and it records how many collective
+// receives from watch were outstanding at once (posted, not yet
+// complete), opening reached once that count is want.
 type aheadProbe struct {
 	transport.Transport
 	slowTo, watch int
-	delay         time.Duration
+	gate          <-chan struct{}
+	gateOnce      sync.Once
 
 	mu      sync.Mutex
 	pending []*transport.Recv
 	most    int
+	want    int
+	reached chan struct{}
 }
+
+// gateWait bounds the hold on a send whose gate never opens (a ring that
+// does not post ahead): the op then completes and the count is checked.
+const gateWait = 3 * time.Second
 
 func (p *aheadProbe) Send(ctx context.Context, peer int, tag transport.Tag, data []byte) error {
 	if peer == p.slowTo {
-		time.Sleep(p.delay)
+		p.gateOnce.Do(func() {
+			select {
+			case <-p.gate:
+			case <-time.After(gateWait):
+			}
+		})
 	}
 	return p.Transport.Send(ctx, peer, tag, data)
 }
@@ -56,7 +69,12 @@ func (p *aheadProbe) track(peer int, tag transport.Tag, rv *transport.Recv) *tra
 		}
 	}
 	p.pending = append(keep, rv)
-	p.most = max(p.most, len(p.pending))
+	if len(p.pending) > p.most {
+		p.most = len(p.pending)
+		if p.most == p.want {
+			close(p.reached)
+		}
+	}
 	return rv
 }
 
@@ -73,6 +91,10 @@ func (p *aheadProbe) mostPending() int {
 // more, and memory for it). Rank 0 sends to rank 1 slowly: a ring that
 // posted step k+1 only after step k completed never has two receives
 // outstanding. The pipelined ring posts every step's receive at the start.
+//
+// Rank 0's first send to rank 1 is held until rank 1 has the expected
+// number of receives from it outstanding: they must all be posted before
+// any of rank 0's data arrives.
 func TestRingsPostReceivesAhead(t *testing.T) {
 	const n, count = 3, 3000
 	in := func(r int) []byte {
@@ -129,13 +151,16 @@ func TestRingsPostReceivesAhead(t *testing.T) {
 			net := transport.NewMemNetwork(n)
 			probes := make([]*aheadProbe, n)
 			pgs := make([]*ProcessGroup, n)
+			reached := make(chan struct{})
 			for r := range pgs {
-				probes[r] = &aheadProbe{Transport: net.Transport(r), slowTo: -1, watch: -1, delay: 30 * time.Millisecond}
+				probes[r] = &aheadProbe{Transport: net.Transport(r), slowTo: -1, watch: -1, want: -1, reached: reached}
 				if r == 0 {
 					probes[r].slowTo = 1
+					probes[r].gate = reached
 				}
 				if r == 1 {
 					probes[r].watch = 0
+					probes[r].want = tc.ahead
 				}
 				pg, err := NewWithTransport(Config{Rank: r, Size: n, Group: "test", Timeout: 10 * time.Second, Tuning: &tune}, probes[r])
 				require.NoError(t, err)
