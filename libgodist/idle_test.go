@@ -49,13 +49,17 @@ func TestIdleGroupWaitsParked(t *testing.T) {
 			pgs := connectGroup(t, 3, tr, nil)
 			errs := onAll(t, pgs, func(_ int, pg *ProcessGroup) (*Work, error) { return pg.Barrier(Opts{}) })
 			requireAllOK(t, errs)
-			// Past the readers' rest after the last waiter (1-8 ms).
+			// Look once the TCP readers are past their rest after the last
+			// waiter (linger) and, within a deadline, until nothing is
+			// awake: the shared-memory receiver sleeps in futex(2) for a
+			// while before it parks.
 			var bad []string
-			found := map[string]int{}
-			for try := 0; try < 100; try++ { // up to 3 s on a loaded machine
-				time.Sleep(30 * time.Millisecond)
+			var found map[string]int
+			waitUntil(10*time.Second, func() bool {
 				bad, found = bad[:0], map[string]int{}
+				resting := false
 				for stack, state := range goroutineStates() {
+					resting = resting || strings.Contains(stack, "tcp.(*peer).rest(")
 					for _, fn := range []string{"libgodist.(*ProcessGroup).controlLoop", "tcp.(*peer).readLoop", "shm.(*Arena).recvLoop"} {
 						if !strings.Contains(stack, fn) {
 							continue
@@ -66,10 +70,8 @@ func TestIdleGroupWaitsParked(t *testing.T) {
 						}
 					}
 				}
-				if len(bad) == 0 {
-					break
-				}
-			}
+				return !resting && len(bad) == 0
+			})
 			require.Equal(t, 3, found["libgodist.(*ProcessGroup).controlLoop"])
 			if tr == assemble.TransportTCP {
 				require.Equal(t, 6, found["tcp.(*peer).readLoop"])
