@@ -96,9 +96,16 @@ func TestDeadPeer(t *testing.T) {
 				arenas := openGroup(t, P, func(cfg *Config) { cfg.ChunkSize = testChunk })
 				ctx := testCtx(t, 30*time.Second)
 				start := time.Now()
+				// The others wait for rank 2 (the broadcast's root may not).
+				waiters := P - 1
+				if c.name == "broadcast" {
+					waiters = P - 2
+				}
 				errs := onAll(arenas, func(r int, a *Arena) error {
 					if r == 2 {
-						time.Sleep(20 * time.Millisecond) // let the others start waiting
+						if !waitUntil(10*time.Second, func() bool { return asleep(a) >= waiters }) {
+							t.Errorf("%d ranks asleep waiting, want %d", asleep(a), waiters)
+						}
 						if how == "abort" {
 							a.Abort(errors.New("test"))
 						} else {
@@ -133,7 +140,7 @@ func TestCloseWhileWaiting(t *testing.T) {
 	arenas := openGroup(t, 2, nil)
 	done := make(chan error)
 	go func() { done <- arenas[0].Barrier(testCtx(t, 30*time.Second)) }()
-	time.Sleep(20 * time.Millisecond)
+	require.True(t, waitUntil(10*time.Second, func() bool { return asleep(arenas[1]) == 1 }), "rank 0 never slept in its barrier")
 	require.NoError(t, arenas[0].Close())
 	select {
 	case err := <-done:

@@ -172,6 +172,35 @@ func requireNoLeak(t testing.TB, base int) {
 	}
 }
 
+// waitUntil polls cond until it holds or within has passed, and reports
+// whether it held. Safe on any goroutine.
+func waitUntil(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
+// asleep counts the waits, by any rank of a's group, that are in the sleep
+// phase of the wait policy (futex(2) on a word of some rank, registered in
+// that rank's sleeper counts): collective waits on a rank's step blocks
+// and counters, and waits on its doorbell. A rank that waits for a peer
+// that never comes ends up there within a few hundred microseconds.
+func asleep(a *Arena) int {
+	n := 0
+	for r := 0; r < a.size; r++ {
+		for i := sleepBlk0; i <= sleepR; i++ {
+			n += int(a.sleepers(r, i).Load())
+		}
+		n += int(a.u32(a.ctl(r) + ctlBell + 4).Load())
+	}
+	return n
+}
+
 func randBytes(n int, seed uint64) []byte {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	b := make([]byte, n)

@@ -90,8 +90,12 @@ func childMain(mode string) int {
 				return err
 			}
 			if rank == crash {
-				time.Sleep(50 * time.Millisecond)
-				os.Exit(3) // die without closing
+				// Die without closing once the others wait for this rank
+				// in the next all-reduce.
+				if !waitUntil(20*time.Second, func() bool { return asleep(a) >= size-1 }) {
+					return fmt.Errorf("the other ranks never waited: %d asleep", asleep(a))
+				}
+				os.Exit(3)
 			}
 			start := time.Now()
 			err := a.AllReduce(ctx, buf, 4, d.combine)
@@ -210,7 +214,7 @@ func TestMultiProcessCrash(t *testing.T) {
 	const size, crash = 3, 2
 	results, exits := runChildren(t, "crash", size, envCrash+"="+strconv.Itoa(crash))
 	var ee *exec.ExitError
-	require.ErrorAs(t, exits[crash], &ee)
+	require.ErrorAs(t, exits[crash], &ee, "child %d did not crash: %s", crash, results[crash].Err)
 	require.Equal(t, 3, ee.ExitCode())
 	for r := range results {
 		if r == crash {
