@@ -59,15 +59,16 @@ func TestSharedBroadcast(t *testing.T) {
 // writes pieces into the receiver's buffer.
 func TestSharedBroadcastRootHelps(t *testing.T) {
 	arenas := sharedPair(t)
-	slowReads(t, 2*time.Millisecond)
 	n := 12*sharePiece + 1
 	s0 := arenas[1].step
+	a := arenas[1]
+	recv := a.lay.buf(1, s0)
+	// The receiver reads its first piece only once the root has written one.
+	holdReads(t, func() bool { return a.u32(recv+bsDone).Load() > 0 })
 	data := randBytes(n, 11)
 	bufs, errs := broadcastAll(t, arenas, 0, []int{n, n}, data)
 	requireAllOK(t, errs, "broadcast")
 	require.True(t, bytes.Equal(data, bufs[1]))
-	a := arenas[1]
-	recv := a.lay.buf(1, s0)
 	require.Positive(t, a.u32(recv+bsDone).Load(), "the root wrote no piece")
 	require.Zero(t, a.u32(recv+bsRedo).Load())
 }
@@ -77,7 +78,9 @@ func TestSharedBroadcastRootHelps(t *testing.T) {
 func TestSharedBroadcastWriteRefused(t *testing.T) {
 	writes := refuseWrites(t)
 	arenas := sharedPair(t)
-	slowReads(t, 2*time.Millisecond)
+	// The receiver reads its first piece only once the root has tried to
+	// write one.
+	holdReads(t, func() bool { return writes.Load() > 0 })
 	n := 8*sharePiece + 3
 	data := randBytes(n, 12)
 	bufs, errs := broadcastAll(t, arenas, 1, []int{n, n}, data)
@@ -112,14 +115,17 @@ func TestSharedBroadcastSizeMismatch(t *testing.T) {
 func TestSharedBroadcastReadFails(t *testing.T) {
 	arenas := sharedPair(t)
 	var reads atomic.Int32
+	// The root's first write waits until the receiver's third read has
+	// failed: the receiver claims and reads pieces meanwhile.
+	writing, _ := holdWrites(t, func() bool { return reads.Load() > 2 })
 	readMemory = func(pid int, addr uintptr, p []byte) (int, error) {
 		if reads.Add(1) > 2 {
 			return 0, syscall.EFAULT
 		}
+		waitUntil(10*time.Second, writing.Load) // the root is copying too
 		return readProcess(pid, addr, p)
 	}
 	t.Cleanup(func() { readMemory = readProcess })
-	slowWrites(t, 5*time.Millisecond) // the receiver claims pieces, and its third read fails
 	n := 16 * sharePiece
 	start := time.Now()
 	_, errs := broadcastAll(t, arenas, 0, []int{n, n}, randBytes(n, 3))

@@ -25,14 +25,36 @@ func shareTransports(t *testing.T, n int) []*Transport {
 	return trs
 }
 
-// slowReads makes every read of another process's memory take at least d,
-// so that a sender claims pieces of the receiver's jobs.
-func slowReads(t *testing.T, d time.Duration) {
+// holdReads makes the first read of a piece of another process's memory
+// (longer than the probes' 8 bytes) wait until cond holds, for at most
+// 10 s; later reads go straight through. A receiver that claimed the first
+// piece of a job then stalls until its sender has done what cond looks
+// for.
+func holdReads(t *testing.T, cond func() bool) {
+	var held atomic.Bool
 	readMemory = func(pid int, addr uintptr, p []byte) (int, error) {
-		time.Sleep(d)
+		if len(p) > 8 && !held.Load() {
+			waitUntil(10*time.Second, cond)
+			held.Store(true)
+		}
 		return readProcess(pid, addr, p)
 	}
 	t.Cleanup(func() { readMemory = readProcess })
+}
+
+// holdWrites makes the first write into another process's memory wait
+// until cond holds, for at most 10 s. It sets started as that write
+// begins, and held if cond held.
+func holdWrites(t *testing.T, cond func() bool) (started, held *atomic.Bool) {
+	started, held = new(atomic.Bool), new(atomic.Bool)
+	writeMemory = func(pid int, addr uintptr, p []byte) (int, error) {
+		if !started.Swap(true) {
+			held.Store(waitUntil(10*time.Second, cond))
+		}
+		return writeProcess(pid, addr, p)
+	}
+	t.Cleanup(func() { writeMemory = writeProcess })
+	return started, held
 }
 
 // refuseWrites makes every write into another process's memory fail and
@@ -56,16 +78,6 @@ func sendPosted(t *testing.T, ctx context.Context, trs []*Transport, from, to in
 	require.NoError(t, trs[from].Send(ctx, to, tag, want), what)
 	require.NoError(t, r.Wait(ctx), what)
 	require.Equal(t, want, got, what)
-}
-
-// slowWrites makes every write into another process's memory take at least
-// d, so that a receiver claims most pieces of its jobs.
-func slowWrites(t *testing.T, d time.Duration) {
-	writeMemory = func(pid int, addr uintptr, p []byte) (int, error) {
-		time.Sleep(d)
-		return writeProcess(pid, addr, p)
-	}
-	t.Cleanup(func() { writeMemory = writeProcess })
 }
 
 // TestSharedCopy: large single-copy messages arrive whole, posted or not,
@@ -94,12 +106,14 @@ func TestSharedCopy(t *testing.T) {
 // claims pieces of the job and writes them into the receiver's buffer.
 func TestSharedCopySenderHelps(t *testing.T) {
 	trs := shareTransports(t, 2)
-	slowReads(t, 2*time.Millisecond)
+	a := trs[0].Arena()
+	ch := a.lay.ch(0, 1)
+	// The receiver copies its first piece only once the sender has
+	// finished one.
+	holdReads(t, func() bool { return a.u32(ch+chJobDone).Load() > 0 })
 	ctx := testCtx(t, 20*time.Second)
 	tag := transport.P2PTag(6)
 	sendPosted(t, ctx, trs, 0, 1, tag, randBytes(16*sharePiece+5, 3), "")
-	a := trs[0].Arena()
-	ch := a.lay.ch(0, 1)
 	helped := a.u32(ch + chJobDone).Load()
 	require.Positive(t, helped, "the sender copied no piece")
 	_, pieces, next := jobParts(a.u64(ch + chJobClaim).Load())
@@ -114,7 +128,9 @@ func TestSharedCopySenderHelps(t *testing.T) {
 func TestSharedCopyWriteRefused(t *testing.T) {
 	writes := refuseWrites(t)
 	trs := shareTransports(t, 2)
-	slowReads(t, 2*time.Millisecond)
+	// The receiver copies its first piece only once the sender has tried
+	// to write one.
+	holdReads(t, func() bool { return writes.Load() > 0 })
 	ctx := testCtx(t, 20*time.Second)
 	tag := transport.P2PTag(7)
 	for i := 0; i < 3; i++ {
@@ -146,27 +162,44 @@ func TestSharedCopyJobs(t *testing.T) {
 // TestSharedCopyReadFails: a receiver whose read fails in the middle of a
 // job fails the receive with ErrConnLost after the pieces its sender
 // claimed are done; the sender gives up at its deadline.
+//
+// The receiver's first read waits until the sender is writing a piece
+// (or has given up), and that write until the receiver's read has failed
+// and the receiver sleeps waiting for the piece.
 func TestSharedCopyReadFails(t *testing.T) {
 	var reads atomic.Int32
+	var rx *Arena // the receiver's
+	writing, waited := holdWrites(t, func() bool {
+		return reads.Load() > 3 && rx.u32(rx.ctl(1)+ctlBell+4).Load() > 0
+	})
 	readMemory = func(pid int, addr uintptr, p []byte) (int, error) {
-		if reads.Add(1) > 3 { // the probe, then two pieces
+		if len(p) > 8 { // a piece, not a probe
+			ch := rx.lay.ch(0, 1)
+			waitUntil(10*time.Second, func() bool { return writing.Load() || rx.u32(ch+chBroken).Load() != 0 })
+		}
+		// The probes (both ways at Open, then the receiver's before the
+		// first message) succeed; the first piece fails.
+		if reads.Add(1) > 3 {
 			return 0, syscall.EFAULT
 		}
-		time.Sleep(time.Millisecond)
 		return readProcess(pid, addr, p)
 	}
 	t.Cleanup(func() { readMemory = readProcess })
-	slowWrites(t, 5*time.Millisecond)
 	trs := shareTransports(t, 2)
+	rx = trs[1].Arena()
 	tag := transport.P2PTag(9)
 	n := 32 * sharePiece
 	got := make([]byte, n)
 	r := trs[1].PostRecv(0, tag, got)
-	sctx := testCtx(t, 300*time.Millisecond)
-	serr := trs[0].Send(sctx, 1, tag, randBytes(n, 1))
+	data := randBytes(n, 1) // before the deadline starts: ~300 ms under -race
+	// The receiver never consumes the message: the sender waits for its
+	// deadline, which leaves it ample time to claim its piece first.
+	sctx := testCtx(t, 2*time.Second)
+	serr := trs[0].Send(sctx, 1, tag, data)
 	require.ErrorIs(t, serr, transport.ErrTimeout)
 	rctx := testCtx(t, 10*time.Second)
 	require.ErrorIs(t, r.Wait(rctx), transport.ErrConnLost)
+	require.True(t, waited.Load(), "the receiver did not wait for the sender's piece after its read failed")
 	a := trs[1].Arena()
 	ch := a.lay.ch(0, 1)
 	_, pieces, next := jobParts(a.u64(ch + chJobClaim).Load())
