@@ -73,6 +73,7 @@ func TestDirectSenderTimeout(t *testing.T) {
 func TestProgress(t *testing.T) {
 	trs := newTransports(t, 2, nil)
 	a := trs[1].Arena()
+	inProgress := func() bool { return a.u32(a.ctl(1)+ctlWaiters).Load() > 0 }
 	ctx := testCtx(t, 10*time.Second)
 	tag := transport.P2PTag(4)
 	for _, n := range []int{8, 4096, cmaMin, 1 << 20} {
@@ -83,8 +84,13 @@ func TestProgress(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			time.Sleep(time.Millisecond)
-			require.NoError(t, trs[0].Send(ctx, 1, tag, want))
+			// Sent while the waiter waits in Progress.
+			if !waitUntil(10*time.Second, inProgress) {
+				t.Error("the waiter never waited in Progress")
+			}
+			if err := trs[0].Send(ctx, 1, tag, want); err != nil {
+				t.Error(err)
+			}
 		}()
 		for {
 			a.Progress(r.Done(), time.Now().Add(50*time.Millisecond))
@@ -107,7 +113,12 @@ func TestProgress(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second)
 	a.Progress(r.Done(), time.Time{})
 	// Closing the arena ends a Progress wait.
-	go func() { time.Sleep(20 * time.Millisecond); trs[1].Close() }()
+	go func() {
+		if !waitUntil(10*time.Second, inProgress) {
+			t.Error("the waiter never waited in Progress")
+		}
+		trs[1].Close()
+	}()
 	start = time.Now()
 	a.Progress(r.Done(), start.Add(5*time.Second))
 	require.Less(t, time.Since(start), 2*time.Second)
