@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,23 +98,27 @@ func TestHelpAndReaderInterleave(t *testing.T) {
 		}
 		return b
 	}
+	total := rounds * len(sizes)
+	var sent [3]atomic.Int64 // messages each sender has sent
 	var wg sync.WaitGroup
 	for _, src := range []int{1, 2} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < rounds*len(sizes); i++ {
+			defer sent[src].Store(int64(total)) // also when it gave up
+			for i := 0; i < total; i++ {
 				if err := trs[src].Send(ctx, 0, transport.P2PTag(int64(src)), fill(src, i, sizes[i%len(sizes)])); err != nil {
 					t.Error(err)
 					return
 				}
+				sent[src].Store(int64(i + 1))
 				if i%5 == 0 {
-					time.Sleep(200 * time.Microsecond)
+					time.Sleep(200 * time.Microsecond) // jitter: some receives wait
 				}
 			}
 		}()
 	}
-	for i := 0; i < rounds*len(sizes); i++ {
+	for i := 0; i < total; i++ {
 		for _, src := range []int{1, 2} {
 			n := sizes[i%len(sizes)]
 			buf := make([]byte, n)
@@ -122,7 +127,11 @@ func TestHelpAndReaderInterleave(t *testing.T) {
 			require.Equal(t, fill(src, i, n), buf, "message %d from %d (%d bytes)", i, src, n)
 		}
 		if i%7 == 0 {
-			time.Sleep(time.Millisecond) // let messages pile up unexpected
+			// The next two messages of each sender are sent before their
+			// receives are posted.
+			want := int64(min(i+3, total))
+			eventually(t, 10*time.Second, func() bool { return sent[1].Load() >= want && sent[2].Load() >= want },
+				"the senders did not get ahead of the receives")
 		}
 	}
 	wg.Wait()
@@ -173,7 +182,9 @@ func TestHelpSeesPeerLoss(t *testing.T) {
 	defer cancel()
 	r := trs[0].PostRecv(1, transport.P2PTag(0), make([]byte, 8))
 	go func() {
-		time.Sleep(20 * time.Millisecond)
+		if !waitUntil(10*time.Second, func() bool { return trs[0].peers[1].helpers.Load() > 0 }) {
+			t.Error("the waiter never read the socket itself")
+		}
 		trs[1].Abort(errors.New("killed"))
 	}()
 	require.ErrorIs(t, r.Wait(ctx), transport.ErrConnLost)
@@ -266,10 +277,13 @@ func TestThirdPeerLossFailsWaiter(t *testing.T) {
 			require.NoError(t, r.Wait(ctx))
 		}
 		r := trs[1].PostRecv(0, transport.P2PTag(1), make([]byte, 8))
-		time.Sleep(5 * time.Millisecond)
+		errc := make(chan error, 1)
+		go func() { errc <- r.Wait(ctx) }()
+		eventually(t, 10*time.Second, func() bool { return trs[1].peers[0].helpers.Load() > 0 },
+			"rank 1 never read rank 0's socket itself")
 		start := time.Now()
 		trs[2].Abort(errors.New("killed"))
-		err := r.Wait(ctx)
+		err := <-errc
 		require.ErrorIs(t, err, transport.ErrConnLost, "spin %v", spin)
 		require.Less(t, time.Since(start), 500*time.Millisecond, "spin %v", spin)
 		require.Contains(t, err.Error(), "rank 2")
