@@ -125,10 +125,20 @@ func TestMixedSizesInOrder(t *testing.T) {
 					require.NoError(t, trs[0].Send(ctx, 1, transport.P2PTag(int64(i)), msg))
 				}
 				if late {
-					time.Sleep(50 * time.Millisecond)
+					// A last message, received first: frames are read in
+					// order, so every one before it has arrived, with no
+					// receive, by the time it has.
+					marker := transport.P2PTag(int64(len(sizes)))
+					require.NoError(t, trs[0].Send(ctx, 1, marker, []byte{1}))
+					require.NoError(t, trs[1].PostRecv(0, marker, make([]byte, 1)).Wait(ctx))
 					for i := len(sizes) - 1; i >= 0; i-- {
 						bufs[i] = make([]byte, sizes[i])
 						rs[i] = trs[1].PostRecv(0, transport.P2PTag(int64(i)), bufs[i])
+						select {
+						case <-rs[i].Done(): // stored: copied out at once
+						default:
+							t.Fatalf("size %d: not stored before its receive was posted", sizes[i])
+						}
 					}
 				}
 				for i, n := range sizes {
@@ -157,7 +167,9 @@ func TestSleepingWaiterWakesOnBreak(t *testing.T) {
 			r := trs[1].PostRecv(0, transport.P2PTag(1), make([]byte, 8))
 			errc := make(chan error, 1)
 			go func() { errc <- r.Wait(ctx) }()
-			time.Sleep(50 * time.Millisecond)
+			eventually(t, 10*time.Second, func() bool {
+				return goroutineIn("syscall", "tcp.pollUntil(", "tcp.TestSleepingWaiterWakesOnBreak")
+			}, "the waiter never slept in poll(2)")
 			start := time.Now()
 			if how == "break" {
 				trs[1].BreakPeer(0)
@@ -229,7 +241,21 @@ func TestWaitAllOverTCP(t *testing.T) {
 				}
 				for p := 1; p < 4; p++ {
 					go func(p int) {
-						time.Sleep(time.Duration(p*10) * time.Millisecond)
+						// Late, one at a time: once rank 0 waits for this
+						// peer in WaitAll, reading its socket itself, and
+						// has the previous peer's message.
+						if !waitUntil(10*time.Second, func() bool {
+							if p > 1 {
+								select {
+								case <-rs[p-2].Done():
+								default:
+									return false
+								}
+							}
+							return trs[0].peers[p].helpers.Load() > 0
+						}) {
+							t.Errorf("round %d: rank 0 never waited for peer %d", round, p)
+						}
 						msg := bytes.Repeat([]byte{byte(p + round)}, n+p)
 						_ = trs[p].Send(ctx, 0, transport.P2PTag(int64(round)), msg)
 					}(p)
@@ -245,7 +271,9 @@ func TestWaitAllOverTCP(t *testing.T) {
 				rs = append(rs, trs[0].PostRecv(p, transport.P2PTag(9), make([]byte, 4)))
 			}
 			go func() {
-				time.Sleep(50 * time.Millisecond)
+				if !waitUntil(10*time.Second, func() bool { return trs[0].peers[3].helpers.Load() > 0 }) {
+					t.Error("rank 0 never waited for peer 3")
+				}
 				trs[3].Abort(transport.ErrClosed)
 			}()
 			start := time.Now()
@@ -298,7 +326,9 @@ func TestParkWakesOnDataAndBreak(t *testing.T) {
 	x, y := sockPair(t)
 	_ = x
 	c = park(y)
-	time.Sleep(20 * time.Millisecond)
+	eventually(t, 10*time.Second, func() bool {
+		return goroutineIn("IO wait", "tcp.(*sock).park(", "tcp.TestParkWakesOnDataAndBreak")
+	}, "park never waited in the poller")
 	y.shut()
 	require.ErrorIs(t, wait(c), net.ErrClosed)
 	require.ErrorIs(t, y.park(), net.ErrClosed)
@@ -338,10 +368,7 @@ func TestLowWaterMark(t *testing.T) {
 	first := 512 << 10
 	require.NoError(t, tx.writeParts([][]byte{hdr[:], msg[:first]}, n, time.Time{}, nil))
 	want := min(n-first, rcvLowatMax)
-	for deadline := time.Now().Add(10 * time.Second); rcvLowat(t, rx) != want; {
-		require.True(t, time.Now().Before(deadline), "low-water mark %d, want %d", rcvLowat(t, rx), want)
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, 10*time.Second, func() bool { return rcvLowat(t, rx) == want }, fmt.Sprintf("low-water mark not raised to %d", want))
 	require.NoError(t, tx.writeParts([][]byte{msg[first:], zeroPad[:padding(n)]}, n, time.Time{}, nil))
 	require.NoError(t, <-done)
 	require.Equal(t, msg, buf)
@@ -351,7 +378,9 @@ func TestLowWaterMark(t *testing.T) {
 	small := make([]byte, 8)
 	r2 := trs[1].PostRecv(0, transport.P2PTag(2), small)
 	go func() { done <- r2.Wait(ctx) }()
-	time.Sleep(20 * time.Millisecond) // the waiter is asleep in poll(2) by now
+	eventually(t, 10*time.Second, func() bool {
+		return goroutineIn("syscall", "tcp.pollUntil(", "tcp.TestLowWaterMark")
+	}, "the waiter never slept in poll(2)")
 	start := time.Now()
 	require.NoError(t, trs[0].Send(ctx, 1, transport.P2PTag(2), []byte("12345678")))
 	require.NoError(t, <-done)
