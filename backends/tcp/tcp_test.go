@@ -285,7 +285,7 @@ func TestThirdPeerLossFailsWaiter(t *testing.T) {
 		trs[2].Abort(errors.New("killed"))
 		err := <-errc
 		require.ErrorIs(t, err, transport.ErrConnLost, "spin %v", spin)
-		require.Less(t, time.Since(start), 500*time.Millisecond, "spin %v", spin)
+		require.Less(t, time.Since(start), 5*time.Second, "spin %v", spin) // well before the 10 s deadline it would otherwise meet
 		require.Contains(t, err.Error(), "rank 2")
 		cancel()
 	}
