@@ -2,7 +2,10 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sync"
+
+	"github.com/godist/godist/libgodist"
 )
 
 // handleTable maps opaque uint64 handles, as held by C and Python, to Go
@@ -63,4 +66,22 @@ func lookup[T any](h uint64) (T, error) {
 		return zero, fmt.Errorf("%w %d: it refers to a %T, not a %T", errInvalidHandle, h, v, zero)
 	}
 	return t, nil
+}
+
+// liveGroups returns the process groups in the table, oldest first.
+func liveGroups() []*libgodist.ProcessGroup {
+	handles.mu.Lock()
+	defer handles.mu.Unlock()
+	keys := make([]uint64, 0, len(handles.m))
+	for h, v := range handles.m {
+		if _, ok := v.(*libgodist.ProcessGroup); ok {
+			keys = append(keys, h)
+		}
+	}
+	slices.Sort(keys)
+	out := make([]*libgodist.ProcessGroup, len(keys))
+	for i, h := range keys {
+		out[i] = handles.m[h].(*libgodist.ProcessGroup)
+	}
+	return out
 }

@@ -6,6 +6,7 @@ package main
 import "C"
 
 import (
+	"encoding/json"
 	"errors"
 	"unsafe"
 
@@ -149,5 +150,30 @@ func godist_pg_info(h C.uint64_t, sharedMemory *C.int32_t, errbuf *C.char, errle
 			*sharedMemory = 1
 		}
 	}
+	return statusOK
+}
+
+// godist_pg_state writes the group's snapshot (libgodist.State) as JSON into
+// buf (capacity bytes) and its length into *outlen; if capacity is too
+// small it returns statusInvalid with the needed length in *outlen.
+//
+//export godist_pg_state
+func godist_pg_state(h C.uint64_t, buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := lookup[*libgodist.ProcessGroup](uint64(h))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	js, err := json.Marshal(pg.State())
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	if outlen != nil {
+		*outlen = C.int64_t(len(js))
+	}
+	if buf == nil || int64(capacity) < int64(len(js)) {
+		return finish(errors.Join(libgodist.ErrInvalid, errors.New("state buffer too small")), errbuf, errlen)
+	}
+	copy(unsafe.Slice((*byte)(buf), len(js)), js)
 	return statusOK
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/gosched"
 )
 
@@ -208,6 +209,12 @@ func (pg *ProcessGroup) runTask(t *task) {
 		t.w.finish(fmt.Errorf("godist: %s (seq %d): %w", t.w.Op, t.w.Seq, err), -1)
 		return
 	}
+	t.started = time.Now()
+	pg.running.Store(t)
+	debug := glog.Enabled(glog.Debug)
+	if debug {
+		pg.traceStart(t)
+	}
 	ctx := newOpContext(pg.ctx, t.timeout)
 	c := &comm{tr: pg.tr, offload: pg.offload, tune: &pg.tune, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare, allSpare: pg.allSpare}
 	err := safeRun(t.run, c)
@@ -215,5 +222,10 @@ func (pg *ProcessGroup) runTask(t *task) {
 	if err != nil {
 		err = pg.opError(t, err)
 	}
+	if debug {
+		pg.traceEnd(t, err)
+	}
+	pg.running.CompareAndSwap(t, nil)
 	t.w.finish(err, -1)
+	pg.lastDone.Store(t)
 }

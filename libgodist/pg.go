@@ -49,8 +49,11 @@ type ProcessGroup struct {
 	// every host's ranks of the group fit its cores (set at rendezvous; the same on every rank)
 	allSpare bool
 
-	seq     atomic.Uint64 // last sequence number handed out
-	entered atomic.Uint64 // sequence number of the collective running or last run
+	seq      atomic.Uint64 // last sequence number handed out
+	entered  atomic.Uint64 // sequence number of the collective running or last run
+	running  atomic.Pointer[task]
+	lastDone atomic.Pointer[task] // the last collective that completed
+	created  time.Time
 
 	exec    executor
 	ctx     context.Context // canceled by Close/Abort
@@ -71,6 +74,7 @@ type task struct {
 	timeout time.Duration
 	run     func(c *comm) error
 	at      time.Time // submission of a deferrable op (executor.runQueued)
+	started time.Time
 }
 
 // NewWithTransport builds a connected group over an existing transport
@@ -89,7 +93,8 @@ func NewWithTransport(cfg Config, tr transport.Transport) (*ProcessGroup, error)
 
 func newPG(cfg Config) *ProcessGroup {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	pg := &ProcessGroup{cfg: cfg, tune: DefaultTuning(), ctx: ctx, cancel: cancel, ctlDone: make(chan struct{})}
+	pg := &ProcessGroup{cfg: cfg, tune: DefaultTuning(), ctx: ctx, cancel: cancel, ctlDone: make(chan struct{}),
+		created: time.Now()}
 	if cfg.Tuning != nil {
 		pg.tune = *cfg.Tuning
 	}

@@ -148,6 +148,11 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 	pg.offload = off
 	pg.mu.Unlock()
 	pg.start(use)
+	fabric := "the fabric"
+	if n, ok := rdv.set.Fabric.(interface{ Name() string }); ok {
+		fabric = n.Name()
+	}
+	pg.announce(s, fabric, off, len(rdv.set.Offloaders))
 	return nil
 }
 

@@ -32,6 +32,9 @@ func NewFabric(bindHost string) *Fabric { return &Fabric{bindHost: bindHost} }
 // the group do not outnumber its cores.
 const spin = 200 * time.Microsecond
 
+// Name names the fabric in the group's log line.
+func (f *Fabric) Name() string { return "tcp" }
+
 // Describe opens the listener and records its port and this host's
 // addresses in rec.
 func (f *Fabric) Describe(rec *wire.PeerRecord) error {

@@ -17,7 +17,8 @@ import torch.distributed as dist
 
 from ._errors import (GodistClosedError, GodistError, GodistForkError, GodistInternalError,  # noqa: F401
                       GodistInvalidError, GodistTimeoutError)
-from .process_group import GodistProcessGroup, close_all
+from ._log import set_level as set_log_level  # noqa: F401
+from .process_group import GodistProcessGroup, close_all, dump_state  # noqa: F401
 from .store import FileStore, HashStore, PrefixStore, TCPServer, TCPStore
 from .work import GodistWork  # noqa: F401
 
@@ -63,4 +64,4 @@ _register()
 atexit.register(close_all)
 
 __all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "BACKEND", "monitored_barrier",
-           "runtime_stats", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]
+           "runtime_stats", "dump_state", "set_log_level", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]

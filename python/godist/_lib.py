@@ -18,7 +18,7 @@ import struct
 import threading
 from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint64, c_void_p
 
-from . import _errors
+from . import _errors, _log
 
 ABI_VERSION = 7
 # GODIST_ASYNC (capi/godist.h): an asynchronous op, whose handle Go pushes
@@ -97,6 +97,11 @@ _DECLS = {
     "godist_pg_close": (c_int, [c_uint64] + _ERR),
     "godist_pg_abort": (c_int, [c_uint64] + _ERR),
     "godist_pg_seq": (c_int, [c_uint64, _U64P] + _ERR),
+    "godist_pg_state": (c_int, [c_uint64, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
+    # logging (capi/log.go; used by godist/_log.py)
+    "godist_log_level": (None, [c_int32]),
+    "godist_log_drain": (c_int, [c_int64, c_void_p, c_int64, POINTER(c_int64)]),
+    "godist_dump_on_signal": (c_int, [c_int32]),
     # ops (capi/ops.go): one entry point each, taking a godist_op's address
     **{"godist_" + op: (c_int, [c_void_p]) for op in (
         "allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "scatter", "alltoall", "barrier",
@@ -293,6 +298,7 @@ def load() -> _Lib:
             _check_layout(cdll, path)
             _lib = _Lib(cdll)
             _loaded_pid = os.getpid()
+            _log.setup(_lib)
     return _lib
 
 

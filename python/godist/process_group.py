@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import json
+import logging
 import os
+import signal
 import threading
 import weakref
 
 import torch
 import torch.distributed as dist
 
-from . import _checks, _fast, _lib, _rendezvous, _types
+from . import _checks, _errors, _fast, _lib, _log, _rendezvous, _types
 from ._args import _async, _desc, _Outputs
 from .work import combine, submit
 
@@ -43,6 +46,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         self._closed = False
         self._close_lock = threading.Lock()
         lib = _lib.load()
+        _log.set_rank(rank)
+        _dump_on_signal(lib)
         h = ctypes.c_uint64()
         bind = os.environ.get("GODIST_BIND_ADDR", "").encode()
         transport = os.environ.get("GODIST_TRANSPORT", "auto").strip().lower()
@@ -447,6 +452,76 @@ class GodistProcessGroup(dist.ProcessGroup):
     _reduce_scatter_base = reduce_scatter_single
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
     alltoall_base = all_to_all_single
+
+
+def dump_state(group=None) -> list[dict]:
+    """Snapshot of godist groups on this rank, for debugging a hang: for
+    each group (``group``, else every live one) its name, rank, the last
+    collective that completed here, the one running (and for how long) and
+    those queued, as dicts; each is also logged at WARNING. Compare the
+    ranks' snapshots to see which rank is behind. With
+    ``GODIST_DUMP_ON_SIGNAL=1`` every rank logs the same on SIGUSR1 (``kill
+    -USR1 <pid>``), even while stuck in a collective."""
+    if group is None:
+        with _live_lock:
+            groups = sorted(_live, key=lambda g: g._h)
+    else:
+        groups = [group if isinstance(group, GodistProcessGroup) else group._get_backend(torch.device("cpu"))]
+    out = []
+    for g in groups:
+        if not isinstance(g, GodistProcessGroup):
+            raise TypeError(f"godist.dump_state needs a godist group, got {type(g).__name__}")
+        if g._closed:
+            continue
+        lib = _lib.load()
+        need = ctypes.c_int64()
+        buf = ctypes.create_string_buffer(1 << 14)
+        try:
+            lib.pg_state(g._h, buf, len(buf), ctypes.byref(need))
+        except ValueError:
+            buf = ctypes.create_string_buffer(need.value)
+            lib.pg_state(g._h, buf, len(buf), ctypes.byref(need))
+        state = json.loads(buf.raw[: need.value])
+        out.append(state)
+        _log.log(logging.WARNING, "%s", _describe_state(state))
+    return out
+
+
+def _describe_state(s: dict) -> str:
+    def op(o):
+        return f"{o['op']} seq {o['seq']}" if o else "none"
+
+    text = (f"godist: group {s['group']!r} rank {s['rank']} of {s['size']}: issued up to seq {s['issued']}; "
+            f"last completed: {op(s['last_completed'])}; running: {op(s['running'])}")
+    if s["running"]:
+        text += f" for {s['running'].get('for_ms', 0):.1f} ms"
+    if s["queued"]:
+        text += "; queued: " + ", ".join(op(q) for q in s["queued"])
+    if s.get("broken"):
+        text += f"; broken: {s['broken']}"
+    return text
+
+
+_SIGNALS_ASKED = set()
+
+
+def _dump_on_signal(lib) -> None:
+    """GODIST_DUMP_ON_SIGNAL: "1" (SIGUSR1) or a signal's name or number."""
+    v = os.environ.get("GODIST_DUMP_ON_SIGNAL", "").strip().upper()
+    if not v or v in ("0", "FALSE", "NO", "OFF"):
+        return
+    if v in ("1", "TRUE", "YES", "ON"):
+        v = "SIGUSR1"
+    try:
+        signo = int(v) if v.isdigit() else int(getattr(signal, v if v.startswith("SIG") else "SIG" + v))
+    except (AttributeError, ValueError):
+        raise ValueError(f"godist: GODIST_DUMP_ON_SIGNAL={os.environ['GODIST_DUMP_ON_SIGNAL']!r}: use 1 (SIGUSR1) "
+                         "or a signal's name or number") from None
+    if signo in _SIGNALS_ASKED:
+        return
+    if lib.dump_on_signal(signo) != _errors.OK:
+        raise ValueError(f"godist: GODIST_DUMP_ON_SIGNAL: signal {signo} cannot be caught")
+    _SIGNALS_ASKED.add(signo)
 
 
 def close_all():

@@ -1,0 +1,193 @@
+"""What godist tells people: the ``godist`` logger with Go's messages in it
+(one INFO line per group, DEBUG traces per op, warnings once about choices
+that cost performance), and the state dump for debugging hangs, on demand
+and on a signal while a rank is stuck in a collective."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness import init, run_world
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append((record.levelno, record.getMessage()))
+
+
+def _capture():
+    h = _Records()
+    logging.getLogger("godist").addHandler(h)
+    return h
+
+
+def info_worker(rank, n, init_file):
+    from godist import _log
+
+    h = _capture()
+    init(rank, n, init_file, gloo_group=False)
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    sub = dist.new_group(list(range(n)), backend="godist")
+    dist.all_reduce(t, group=sub)
+    dist.barrier()
+    _log.flush()
+    dist.destroy_process_group()
+    return h.records, len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_info_line_per_group(n):
+    """At INFO, each group logs one line when it connects: its ranks, hosts,
+    how peers are reached and how long the rendezvous took; every message
+    names the rank. DEBUG traces stay off."""
+    results = run_world(info_worker, n, env={"GODIST_LOG_LEVEL": "INFO"}, timeout=120)
+    for rank, (recs, cpus) in enumerate(results):
+        lines = [m for lvl, m in recs if lvl == logging.INFO and "rendezvous" in m]
+        assert len(lines) == 2, recs
+        for m in lines:
+            assert m.startswith(f"[rank {rank}] godist: group "), m
+            assert f"rank {rank} of {n}: {n} ranks on 1 host" in m, m
+            assert "collectives over shm" in m, m
+        assert not [m for lvl, m in recs if lvl == logging.DEBUG], recs
+        oversub = [m for lvl, m in recs if lvl == logging.WARNING and "CPUs" in m]
+        assert len(oversub) == (1 if n > cpus else 0), recs
+
+
+def debug_tcp_worker(rank, n, init_file):
+    from godist import _log
+
+    h = _capture()
+    init(rank, n, init_file, gloo_group=False)
+    t = torch.ones(3)
+    for _ in range(2):
+        dist.all_reduce(t)
+    dist.broadcast(t, 0)
+    _log.flush()
+    dist.destroy_process_group()
+    return h.records
+
+
+def test_debug_traces_and_tcp_warning():
+    """At DEBUG every collective logs its start and end with its sequence
+    number; forcing TCP between ranks of one host warns once (not once per
+    group), and the INFO line names the algorithms."""
+    results = run_world(debug_tcp_worker, 2, env={"GODIST_LOG_LEVEL": "DEBUG", "GODIST_TRANSPORT": "tcp"},
+                        timeout=120)
+    for rank, recs in enumerate(results):
+        msgs = [m for _, m in recs]
+        for seq, op in ((1, "allreduce"), (2, "allreduce"), (3, "broadcast")):
+            assert any(f"{op} seq {seq} started" in m for m in msgs), msgs
+            assert any(f"{op} seq {seq} done in" in m for m in msgs), msgs
+        warns = [m for lvl, m in recs if lvl == logging.WARNING and "talk over TCP" in m]
+        assert len(warns) == 1 and "GODIST_TRANSPORT=tcp" in warns[0], recs
+        info = [m for lvl, m in recs if lvl == logging.INFO and "rendezvous" in m]
+        assert len(info) == 1 and "peers " in info[0] and "over tcp" in info[0] and "recursive doubling" in info[0], info
+
+
+def test_levels_from_environment():
+    from godist import _log
+
+    cases = [
+        ({"GODIST_LOG_LEVEL": "debug"}, logging.DEBUG),
+        ({"GODIST_LOG_LEVEL": "OFF", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, 100),
+        ({"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, logging.DEBUG),
+        ({"TORCH_DISTRIBUTED_DEBUG": "INFO"}, logging.INFO),
+        ({"TORCH_DISTRIBUTED_DEBUG": "OFF", "TORCH_CPP_LOG_LEVEL": "ERROR"}, logging.ERROR),
+        ({}, logging.WARNING),
+    ]
+    for env, want in cases:
+        assert _log.level_from_env(env)[0] == want, env
+    with pytest.raises(ValueError, match="GODIST_LOG_LEVEL='loud'"):
+        _log.level_from_env({"GODIST_LOG_LEVEL": "loud"})
+
+
+def test_default_prints_warnings_to_stderr(tmp_path):
+    """With logging unconfigured, godist prints its own warnings to stderr
+    (and nothing at INFO); GODIST_LOG_LEVEL=INFO adds the group's line."""
+    script = textwrap.dedent("""
+        import os, sys, tempfile, torch, torch.distributed as dist, torch.multiprocessing as mp
+        import godist
+
+        def run(rank, path):
+            dist.init_process_group("godist", init_method="file://" + path, rank=rank, world_size=2)
+            t = torch.ones(2)
+            dist.all_reduce(t)
+            assert t.tolist() == [2.0, 2.0]
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            mp.spawn(run, args=(tempfile.mktemp(),), nprocs=2)
+    """)
+    path = tmp_path / "warn.py"
+    path.write_text(script)
+    env = dict(os.environ, GODIST_TRANSPORT="tcp", PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("GODIST_LOG_LEVEL", None)
+    out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("talk over TCP") == 2, out.stderr  # one per rank
+    assert "godist WARNING [rank " in out.stderr and "rendezvous" not in out.stderr, out.stderr
+    env["GODIST_LOG_LEVEL"] = "INFO"
+    out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("rendezvous") == 2, out.stderr
+
+
+def dump_worker(rank, n, init_file):
+    import datetime
+    import threading
+
+    import godist
+    from godist import _log
+
+    h = _capture()
+    init(rank, n, init_file, gloo_group=False)
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    states = godist.dump_state()
+    assert len(states) == 1 and states[0]["last_completed"]["op"] == "allreduce", states
+    assert states[0]["last_completed"]["seq"] == 1 and states[0]["running"] is None, states
+    store = dist.FileStore(init_file + ".dump", n)
+    if rank == 1:
+        store.set("pid", str(os.getpid()))
+        found = threading.Event()
+
+        class _Watch(logging.Handler):
+            def emit(self, record):
+                if "running: allreduce seq 2" in record.getMessage():
+                    found.set()
+                    store.set("dumped", "1")
+
+        logging.getLogger("godist").addHandler(_Watch())
+        # Stuck in a synchronous all_reduce until rank 0 has seen the dump
+        # this rank logs on SIGUSR1.
+        dist.all_reduce(t)
+        assert found.is_set()
+    else:
+        store.wait(["pid"], datetime.timedelta(seconds=60))
+        os.kill(int(store.get("pid")), signal.SIGUSR1)
+        store.wait(["dumped"], datetime.timedelta(seconds=60))
+        dist.all_reduce(t)
+    _log.flush()
+    dist.destroy_process_group()
+    return [m for lvl, m in h.records if lvl == logging.WARNING]
+
+
+def test_dump_state_on_demand_and_on_signal():
+    results = run_world(dump_worker, 2, env={"GODIST_DUMP_ON_SIGNAL": "1"}, timeout=120)
+    stuck = [m for m in results[1] if "running: allreduce seq 2 for" in m]
+    assert stuck and "last completed: allreduce seq 1" in stuck[0] and "rank 1 of 2" in stuck[0], results[1]
+    assert any("last completed: allreduce seq 1; running: none" in m for m in results[0]), results[0]
