@@ -99,8 +99,12 @@ func (pg *ProcessGroup) announce(s *backend.Setup, fabric string, off backend.Of
 	}
 	if off == nil && local > 1 {
 		why := "GODIST_TRANSPORT=tcp"
-		if offloaders > 0 {
-			why = "shared memory is not usable here (see `python -m godist info`)"
+		switch {
+		case offloaders == 0:
+		case local < s.Size:
+			why = "the group spans hosts, and shared memory carries only groups whose ranks all share one host"
+		default:
+			why = "shared memory is not usable here; see `python -m godist info`"
 		}
 		glog.Once("tcp-on-host", glog.Warning, "godist: ranks of group %q on one host talk over TCP (%s): "+
 			"slower than shared memory", pg.cfg.Group, why)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/godist/godist/libgodist/backend"
+	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/wire"
 )
@@ -49,6 +50,7 @@ func (o *Offloader) Describe(rec *wire.PeerRecord) {
 	}
 	p, err := NewProbe("")
 	if err != nil {
+		glog.Once("shm-probe", glog.Warning, "godist: shared memory is not usable (%v): ranks on one host will talk over TCP", err)
 		return
 	}
 	o.mu.Lock()
@@ -87,6 +89,9 @@ func (o *Offloader) Join(ctx context.Context, s *backend.Setup, tr transport.Tra
 		mode = ModeCreate
 	}
 	a, oerr := Open(octx, Config{Name: arenaName(s.Session, s.Group), Rank: s.Rank, Size: s.Size, Mode: mode})
+	if oerr != nil {
+		glog.Warnf("godist: group %q rank %d: opening its shared-memory arena failed, the group uses TCP: %v", s.Group, s.Rank, oerr)
+	}
 	ok, err = s.Agree(ctx, oerr == nil)
 	if err != nil || !ok {
 		if a != nil {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -191,3 +192,39 @@ def test_dump_state_on_demand_and_on_signal():
     stuck = [m for m in results[1] if "running: allreduce seq 2 for" in m]
     assert stuck and "last completed: allreduce seq 1" in stuck[0] and "rank 1 of 2" in stuck[0], results[1]
     assert any("last completed: allreduce seq 1; running: none" in m for m in results[0]), results[0]
+
+
+_RANK_SCRIPT = textwrap.dedent("""
+    import sys, torch, torch.distributed as dist
+    import godist
+
+    rank, path = int(sys.argv[1]), sys.argv[2]
+    dist.init_process_group("godist", init_method="file://" + path, rank=rank, world_size=2)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t.tolist() == [2.0, 2.0]
+    assert not dist.group.WORLD._get_backend(torch.device("cpu")).shared_memory
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare for a mount namespace")
+def test_unusable_shm_falls_back_to_tcp_and_says_why(tmp_path):
+    """With /dev/shm read-only (a container without shared memory), the
+    group runs over TCP and each rank warns why, once."""
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("GODIST_LOG_LEVEL", None)
+    env.pop("GODIST_TRANSPORT", None)
+    inner = (f"mount -t tmpfs -o ro,size=1m tmpfs /dev/shm && "
+             f"{{ {sys.executable} {script} 0 {tmp_path}/store & a=$!; {sys.executable} {script} 1 {tmp_path}/store; "
+             f"b=$?; wait $a && [ $b -eq 0 ]; }}")
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --mount not permitted here: {probe.stderr.decode().strip()}")
+    out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", inner], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("shared memory is not usable (") == 2, out.stderr
+    assert out.stderr.count("talk over TCP (shared memory is not usable here") == 2, out.stderr
