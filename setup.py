@@ -5,6 +5,7 @@
 """
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -12,6 +13,17 @@ from setuptools import Distribution, find_packages, setup
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_version() -> str:
+    """``__version__`` from python/godist/_version.py, read as text so that
+    building needs neither torch nor the package importable."""
+    path = os.path.join(ROOT, "python", "godist", "_version.py")
+    with open(path, encoding="utf-8") as f:
+        m = re.search(r"^__version__ = [\"']([^\"']+)[\"']$", f.read(), re.M)
+    if not m:
+        raise RuntimeError(f"no __version__ = \"...\" line in {path}")
+    return m.group(1)
 
 
 def find_go() -> str:
@@ -50,7 +62,7 @@ class BinaryDistribution(Distribution):
 
 setup(
     name="godist",
-    version="0.1.0",
+    version=read_version(),
     description="A torch.distributed backend whose collectives run on the Go runtime",
     long_description=open(os.path.join(ROOT, "README.md")).read() if os.path.exists(os.path.join(ROOT, "README.md")) else "",
     long_description_content_type="text/markdown",

@@ -18,11 +18,11 @@ import torch.distributed as dist
 from ._errors import (GodistClosedError, GodistError, GodistForkError, GodistInternalError,  # noqa: F401
                       GodistInvalidError, GodistTimeoutError)
 from ._log import set_level as set_log_level  # noqa: F401
+from ._version import __version__ as __version__
 from .process_group import GodistProcessGroup, close_all, dump_state  # noqa: F401
 from .store import FileStore, HashStore, PrefixStore, TCPServer, TCPStore
 from .work import GodistWork  # noqa: F401
 
-__version__ = "0.1.0"
 BACKEND = "godist"
 
 
