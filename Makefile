@@ -15,7 +15,7 @@ COMPAT_VENV ?= .venv-torch$(COMPAT_TORCH)
 COMPAT_STAMP := $(COMPAT_VENV)/.deps-stamp
 GOFILES = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')
 
-.PHONY: all venv deps lib install demo test test-go test-py test-compat lint bench clean
+.PHONY: all venv deps lib install wheel demo test test-go test-py test-compat lint bench clean
 
 all: install
 
@@ -36,6 +36,12 @@ lib: deps
 
 install: $(STAMP) deps
 	$(PY) -m pip install --no-build-isolation --no-deps -e .
+
+# A wheel that installs without Go, into dist/ (docs/install.md). build/ goes
+# first so that no file left there from an older tree ends up in the wheel.
+wheel: $(STAMP) deps
+	rm -rf build
+	$(PY) -m pip wheel . --no-deps --no-build-isolation -w dist/
 
 demo: install
 	$(PY) examples/ddp_demo.py

@@ -1,16 +1,26 @@
 """Builds the Go library (libgodist.so) into the package at install time.
 
 ``pip install .`` and ``pip install -e .`` both run ``go build
--buildmode=c-shared ./capi``; only a Go toolchain is needed.
+-buildmode=c-shared ./capi``; only a Go toolchain is needed. ``pip wheel .``
+builds a wheel that installs without Go: its tag is ``py3-none-<platform>``
+(the library is loaded with ctypes, so one wheel serves every Python 3), and
+on Linux the platform is the ``manylinux_X_Y`` tag that the glibc symbol
+versions the built library needs allow (docs/install.md).
 """
 
 import os
 import re
 import shutil
+import struct
 import subprocess
 
 from setuptools import Distribution, find_packages, setup
 from setuptools.command.build_py import build_py
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1: the command lives in the wheel package
+    from wheel.bdist_wheel import bdist_wheel
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -53,6 +63,76 @@ class BuildPy(build_py):
             build_library(os.path.join(self.build_lib, "godist"))
 
 
+# Libraries a manylinux wheel may need without carrying them: the glibc family
+# (a subset of the manylinux policies' allowed libraries).
+MANYLINUX_LIBS = {"libc.so.6", "libpthread.so.0", "libdl.so.2", "libm.so.6", "librt.so.1", "libresolv.so.2"}
+
+
+def elf_dependencies(path: str) -> tuple[set[str], set[str]]:
+    """The shared libraries an ELF file needs (DT_NEEDED) and the symbol
+    versions it needs from them (its GNU version-needs section)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        raise ValueError(f"{path} is not an ELF file")
+    is64, end = data[4] == 2, "<" if data[5] == 1 else ">"
+    shoff, shentsize, shnum, _ = struct.unpack_from(end + ("Q10xHHH" if is64 else "I10xHHH"), data,
+                                                    0x28 if is64 else 0x20)
+    shdr = end + ("IIQQQQIIQQ" if is64 else "IIIIIIIIII")
+    sections = [struct.unpack_from(shdr, data, shoff + i * shentsize) for i in range(shnum)]
+
+    def string(strtab: int, off: int) -> str:
+        start = sections[strtab][4] + off
+        return data[start:data.index(b"\0", start)].decode()
+
+    needed, versions = set(), set()
+    for _, kind, _, _, off, size, link, info, _, entsize in sections:
+        if kind == 6:  # SHT_DYNAMIC
+            fmt = end + ("qQ" if is64 else "iI")
+            for i in range(size // entsize):
+                tag, val = struct.unpack_from(fmt, data, off + i * entsize)
+                if tag == 1:  # DT_NEEDED
+                    needed.add(string(link, val))
+        elif kind == 0x6FFFFFFE:  # SHT_GNU_verneed: info entries, each with a list of Vernaux
+            pos = off
+            for _ in range(info):
+                _, count, _, aux, nxt = struct.unpack_from(end + "HHIII", data, pos)
+                apos = pos + aux
+                for _ in range(count):
+                    _, _, _, name, anext = struct.unpack_from(end + "IHHII", data, apos)
+                    versions.add(string(link, name))
+                    apos += anext
+                pos += nxt
+    return needed, versions
+
+
+def manylinux_platform(library: str, plat: str) -> str:
+    """``manylinux_X_Y_<arch>`` for a ``linux_<arch>`` wheel whose library
+    needs only the glibc family, X.Y being the newest GLIBC_ symbol version
+    it needs; ``plat`` unchanged otherwise (another OS, musl, other libraries)."""
+    if not plat.startswith("linux_") or not os.path.exists(library):
+        return plat
+    needed, versions = elf_dependencies(library)
+    glibc = [(int(m.group(1)), int(m.group(2))) for m in map(re.compile(r"GLIBC_(\d+)\.(\d+)(\.\d+)?").fullmatch, versions)
+             if m]
+    if not glibc or not needed <= MANYLINUX_LIBS:
+        return plat
+    major, minor = max(glibc)
+    return f"manylinux_{major}_{minor}_{plat[len('linux_'):]}"
+
+
+class BdistWheel(bdist_wheel):
+    """Tags the wheel ``py3-none-<platform>``: no extension module, one wheel
+    for every Python 3 on that platform; ``--plat-name`` still overrides it."""
+
+    def get_tag(self):
+        _, _, plat = super().get_tag()
+        if not self.plat_name_supplied:
+            build_lib = self.get_finalized_command("build_py").build_lib
+            plat = manylinux_platform(os.path.join(build_lib, "godist", "libgodist.so"), plat)
+        return "py3", "none", plat
+
+
 class BinaryDistribution(Distribution):
     """The wheel carries a native library: never tag it pure-Python."""
 
@@ -73,7 +153,7 @@ setup(
     package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h"]},
     install_requires=["torch>=2.11"],
     entry_points={"torch.distributed.backends": ["godist = godist:_register"]},
-    cmdclass={"build_py": BuildPy},
+    cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel},
     distclass=BinaryDistribution,
     zip_safe=False,
 )
