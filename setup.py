@@ -150,7 +150,7 @@ setup(
     python_requires=">=3.10",
     package_dir={"": "python"},
     packages=find_packages(where="python"),  # godist and its subpackages (godist.bench)
-    package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h"]},
+    package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h", "py.typed"]},
     install_requires=["torch>=2.11"],
     entry_points={"torch.distributed.backends": ["godist = godist:_register"]},
     cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel},

@@ -12,6 +12,8 @@ The Go library (libgodist.so) is loaded on first use, not at import.
 from __future__ import annotations
 
 import atexit
+import datetime
+from typing import Final
 
 import torch.distributed as dist
 
@@ -23,16 +25,17 @@ from .process_group import GodistProcessGroup, close_all, dump_state  # noqa: F4
 from .store import FileStore, HashStore, PrefixStore, TCPServer, TCPStore
 from .work import GodistWork  # noqa: F401
 
-BACKEND = "godist"
+BACKEND: Final[str] = "godist"
 
 
-def _create(dist_opts, pg_options=None):
+def _create(dist_opts, pg_options=None) -> GodistProcessGroup:
     """Backend creator (extended API): called by torch on member ranks."""
     return GodistProcessGroup(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout,
                               group_name=str(getattr(dist_opts, "group_id", "") or ""))
 
 
-def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+def monitored_barrier(group: dist.ProcessGroup | None = None, timeout: datetime.timedelta | None = None,
+                      wait_all_ranks: bool = False) -> None:
     """godist's monitored barrier (``torch.distributed.monitored_barrier``
     only accepts gloo groups): rank 0 raises an error naming the ranks that
     did not arrive within ``timeout``; the others fail as well."""
@@ -42,7 +45,7 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     pg.monitored_barrier(timeout=timeout, wait_all_ranks=wait_all_ranks)
 
 
-def runtime_stats() -> dict:
+def runtime_stats() -> dict[str, int]:
     """Goroutines, live handles and GOMAXPROCS of the Go runtime in this process."""
     import ctypes
 
@@ -53,7 +56,7 @@ def runtime_stats() -> dict:
     return {"goroutines": g.value, "handles": h.value, "gomaxprocs": _lib.load().gomaxprocs()}
 
 
-def _register():
+def _register() -> None:
     """Register the backend with torch (idempotent); also the entry point."""
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}) or hasattr(dist.Backend, BACKEND.upper()):
         return
@@ -63,5 +66,6 @@ def _register():
 _register()
 atexit.register(close_all)
 
-__all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "BACKEND", "monitored_barrier",
+__all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "GodistClosedError",
+           "GodistInvalidError", "GodistInternalError", "GodistForkError", "BACKEND", "monitored_barrier",
            "runtime_stats", "dump_state", "set_log_level", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]
