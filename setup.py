@@ -152,7 +152,10 @@ setup(
     packages=find_packages(where="python"),  # godist and its subpackages (godist.bench)
     package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h", "py.typed"]},
     install_requires=["torch>=2.11"],
-    entry_points={"torch.distributed.backends": ["godist = godist:_register"]},
+    entry_points={
+        "torch.distributed.backends": ["godist = godist:_register"],
+        "console_scripts": ["godist = godist.__main__:main"],
+    },
     cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel},
     distclass=BinaryDistribution,
     zip_safe=False,
