@@ -1,20 +1,30 @@
-"""What ``pip install .`` gives a user: a wheel built from this checkout holds
-every module of the ``godist`` package and its subpackages (the benchmark,
-``python -m godist.bench``, included), the Go library, and the entry point
-that registers the backend; installed on its own, ``python -m godist.bench``
-runs from it."""
+"""What ``pip wheel .`` gives a user: one wheel, built once for this module
+from this checkout, that holds every module of the ``godist`` package and its
+subpackages (the benchmark included), the Go library and ``py.typed``; is
+tagged for a platform (never ``any``: the library is inside) with the
+manylinux version its glibc symbols allow; and, installed into a fresh virtual
+environment with no Go on PATH and no checkout on sys.path, runs a two-rank
+``init_process_group("godist")`` + ``all_reduce``, has the version of
+``godist/_version.py`` and the ``godist`` console script."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import zipfile
+from pathlib import Path
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PKG = os.path.join(REPO, "python")
+BUILD_TIMEOUT = 580  # pip wheel compiles the Go library: about a minute on a cold Go cache
 
 
 def _package_modules() -> set[str]:
@@ -28,26 +38,48 @@ def _package_modules() -> set[str]:
     return found
 
 
-@pytest.mark.timeout(600)
-def test_wheel_holds_the_whole_package(tmp_path):
-    wheels = tmp_path / "wheels"
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                        str(wheels), REPO], capture_output=True, text=True, timeout=580)
-    assert p.returncode == 0, f"pip wheel failed\n{p.stdout}\n{p.stderr}"
-    (whl,) = list(wheels.glob("godist-*.whl"))
+def _source_version() -> str:
+    with open(os.path.join(PKG, "godist", "_version.py"), encoding="utf-8") as f:
+        (version,) = re.findall(r"^__version__ = \"([^\"]+)\"$", f.read(), re.M)
+    return version
+
+
+@pytest.fixture(scope="module")
+def wheel():
+    """The wheel ``pip wheel .`` builds from this checkout (once per module).
+    setuptools builds in a fresh directory (not the checkout's build/, where
+    files from an earlier build could end up in the wheel)."""
+    with tempfile.TemporaryDirectory(prefix="godist-wheel-") as tmp:
+        out, cfg = os.path.join(tmp, "dist"), os.path.join(tmp, "build.cfg")
+        with open(cfg, "w") as f:
+            f.write(f"[build]\nbuild_base = {tmp}/build\n[egg_info]\negg_base = {tmp}\n")
+        p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", out,
+                            REPO], env=dict(os.environ, DIST_EXTRA_CONFIG=cfg), capture_output=True, text=True,
+                           timeout=BUILD_TIMEOUT)
+        assert p.returncode == 0, f"pip wheel failed\n{p.stdout}\n{p.stderr}"
+        (whl,) = list(Path(out).glob("godist-*.whl"))
+        yield whl
+
+
+def _read(whl: Path, suffix: str) -> str:
     with zipfile.ZipFile(whl) as z:
+        return z.read(next(n for n in z.namelist() if n.endswith(suffix))).decode()
+
+
+@pytest.mark.timeout(900)
+def test_wheel_holds_the_whole_package(wheel, tmp_path):
+    with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
-        entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-        entry_points = z.read(entry).decode()
+    entry_points = _read(wheel, ".dist-info/entry_points.txt")
     missing = _package_modules() - names
     assert not missing, f"modules left out of the wheel: {sorted(missing)}"
-    assert "godist/libgodist.so" in names
-    assert "godist/bench/__main__.py" in names
+    assert {"godist/libgodist.so", "godist/py.typed", "godist/_version.py", "godist/bench/__main__.py"} <= names
     assert "[torch.distributed.backends]" in entry_points and "godist = godist:_register" in entry_points
+    assert "[console_scripts]" in entry_points and "godist = godist.__main__:main" in entry_points
 
     # Installed alone (no checkout on the path), the benchmark's CLI starts.
     site = tmp_path / "site"
-    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(whl)],
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, f"pip install failed\n{p.stdout}\n{p.stderr}"
     env = dict(os.environ, PYTHONPATH=str(site))
@@ -55,3 +87,154 @@ def test_wheel_holds_the_whole_package(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, f"python -m godist.bench --help: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
     assert "--quick" in p.stdout
+
+
+@pytest.mark.timeout(900)
+def test_wheel_tag_and_version(wheel):
+    name, version, python_tag, abi_tag, plat = wheel.name[:-len(".whl")].split("-")
+    assert (name, version) == ("godist", _source_version())
+    assert f"Version: {version}\n" in _read(wheel, ".dist-info/METADATA")
+    # No extension module: one wheel for every Python 3, on one platform.
+    assert (python_tag, abi_tag) == ("py3", "none")
+    assert plat != "any"
+    assert f"Tag: py3-none-{plat}\n" in _read(wheel, ".dist-info/WHEEL")
+    assert "Root-Is-Purelib: false" in _read(wheel, ".dist-info/WHEEL")
+    libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") and sys.platform.startswith("linux") else None
+    if not libc or not libc.startswith("glibc "):
+        return
+    # On glibc Linux: manylinux_X_Y_<arch>, X.Y the newest GLIBC_ symbol
+    # version the library names (found here independently of setup.py), no
+    # newer than this machine's glibc.
+    with zipfile.ZipFile(wheel) as z:
+        lib = z.read("godist/libgodist.so")
+    newest = max((int(a), int(b)) for a, b in re.findall(rb"\bGLIBC_(\d+)\.(\d+)", lib))
+    arch = sysconfig.get_platform().split("-", 1)[1].replace("-", "_").replace(".", "_")
+    assert plat == f"manylinux_{newest[0]}_{newest[1]}_{arch}"
+    host = tuple(int(x) for x in libc.split()[1].split(".")[:2])
+    assert newest <= host, f"the wheel needs glibc {newest}, this machine has {host}"
+
+
+# Run in the fresh environment: what is importable and from where.
+PROBE = r"""
+import importlib.resources, inspect, json, shutil, sys, typing
+import torch
+import godist
+from godist import _lib
+
+untyped = []
+for name in godist.__all__:
+    obj = getattr(godist, name, None)
+    if inspect.isfunction(obj) and obj.__module__ == "godist":
+        hints = typing.get_type_hints(obj)
+        params = [p for p in inspect.signature(obj).parameters if p not in hints]
+        if params or "return" not in hints:
+            untyped.append(name)
+print(json.dumps({
+    "version": godist.__version__, "godist": godist.__file__, "library": _lib.library_path(), "torch": torch.__file__,
+    "prefix": sys.prefix, "path": sys.path, "go": shutil.which("go"),
+    "py_typed": importlib.resources.files("godist").joinpath("py.typed").is_file(),
+    "missing": [n for n in godist.__all__ if not hasattr(godist, n)], "untyped": untyped,
+}))
+"""
+
+# One rank of a two-rank all_reduce over godist, with a file:// rendezvous.
+RANK = r"""
+import datetime, json, os, sys
+import torch
+import torch.distributed as dist
+
+rank, world, init = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+if not hasattr(dist.Backend, "_ensure_backend_registered"):
+    import godist  # noqa: F401  (torch before backend entry points: importing registers it)
+dist.init_process_group("godist", init_method=init, rank=rank, world_size=world,
+                        timeout=datetime.timedelta(seconds=60))
+t = torch.arange(4, dtype=torch.float32) + 10 * rank
+dist.all_reduce(t)
+backend = dist.get_backend()
+dist.destroy_process_group()
+with open("/proc/self/maps") as f:
+    libs = sorted({line.split()[-1] for line in f if line.rstrip().endswith("libgodist.so")})
+print(json.dumps({"result": t.tolist(), "backend": backend, "loaded": libs}))
+"""
+
+
+def _env_without_go(venv: Path) -> dict:
+    """The environment a user without Go has: the venv's bin first, no
+    directory with a ``go`` on PATH, nothing of this checkout importable."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "GO", "GODIST_LIBRARY", "VIRTUAL_ENV")}
+    dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not shutil.which("go", path=d)]
+    env.update(PATH=os.pathsep.join([str(venv / "bin"), *dirs]), VIRTUAL_ENV=str(venv), OMP_NUM_THREADS="1")
+    assert shutil.which("go", path=env["PATH"]) is None
+    return env
+
+
+def _run(cmd, env, cwd, timeout=180) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{cmd}: exit {p.returncode}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}"
+    return p
+
+
+def _inside(path: str, root) -> bool:
+    return os.path.realpath(path).startswith(os.path.realpath(root) + os.sep)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the rank script reads /proc/self/maps")
+def test_wheel_runs_in_a_fresh_venv_without_go(wheel):
+    import torch
+
+    torch_site = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
+    with tempfile.TemporaryDirectory(prefix="godist-venv-") as tmp:
+        tmp = Path(tmp)
+        venv, work = tmp / "venv", tmp / "work"
+        work.mkdir()
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+        py = str(venv / "bin" / "python")
+        env = _env_without_go(venv)
+        # Install from the wheel alone: no index, no build, no Go.
+        _run([sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", "--no-index", "-q", str(wheel)],
+             env, work, timeout=300)
+        # torch and its dependencies come from this test's environment, after
+        # the venv's own site-packages (so the installed godist comes first).
+        venv_site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env, work).stdout
+        extra = [torch_site] + [d for d in sys.path if d.endswith("-packages") and os.path.isdir(d) and d != torch_site]
+        Path(venv_site.strip(), "_godist_test_torch.pth").write_text("\n".join(extra) + "\n")
+
+        probe = json.loads(_run([py, "-c", PROBE], env, work).stdout)
+        assert os.path.realpath(probe["prefix"]) == os.path.realpath(venv)
+        assert probe["go"] is None
+        assert _inside(probe["godist"], venv) and _inside(probe["library"], venv), probe
+        assert _inside(probe["torch"], torch_site), probe
+        checkout = {os.path.realpath(d) for d in (REPO, PKG)}
+        assert not [p for p in probe["path"] if p and os.path.realpath(p) in checkout], probe["path"]
+        assert probe["version"] == wheel.name.split("-")[1] == _source_version()
+        assert probe["py_typed"]
+        assert probe["missing"] == [] and probe["untyped"] == [], probe
+
+        script = venv / "bin" / "godist"
+        assert script.is_file() and os.access(script, os.X_OK)
+        assert py in script.read_text()[:1000]  # its interpreter is the venv's
+        _run([str(script), "info"], env, work)
+
+        (work / "rank.py").write_text(RANK)
+        init = f"file://{work / 'rendezvous'}"
+        procs = [subprocess.Popen([py, str(work / "rank.py"), str(r), "2", init], env=env, cwd=str(work),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+        outs = []
+        try:
+            for p in procs:
+                out, err = p.communicate(timeout=240)
+                outs.append((p.returncode, out, err))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for rank, (rc, out, err) in enumerate(outs):
+            assert rc == 0, f"rank {rank}: exit {rc}\n--- stdout\n{out}\n--- stderr\n{err}"
+            got = json.loads(out.strip().splitlines()[-1])
+            assert got["backend"] == "godist"
+            # sum over ranks r of arange(4) + 10 r
+            assert got["result"] == [10.0, 12.0, 14.0, 16.0], got
+            assert got["loaded"] and all(_inside(lib, venv) for lib in got["loaded"]), got
