@@ -100,7 +100,7 @@ def setup(lib) -> None:
             _thread.start()
 
 
-def set_level(level) -> None:
+def set_level(level: int | str) -> None:
     """Change godist's level at run time, for Go's records too: a name
     ("DEBUG") or a number of :mod:`logging`."""
     if isinstance(level, str):

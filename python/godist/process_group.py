@@ -454,7 +454,7 @@ class GodistProcessGroup(dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
 
-def dump_state(group=None) -> list[dict]:
+def dump_state(group: dist.ProcessGroup | None = None) -> list[dict]:
     """Snapshot of godist groups on this rank, for debugging a hang: for
     each group (``group``, else every live one) its name, rank, the last
     collective that completed here, the one running (and for how long) and
