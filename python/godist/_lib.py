@@ -102,6 +102,10 @@ _DECLS = {
     "godist_log_level": (None, [c_int32]),
     "godist_log_drain": (c_int, [c_int64, c_void_p, c_int64, POINTER(c_int64)]),
     "godist_dump_on_signal": (c_int, [c_int32]),
+    # host report (capi/info.go; used by godist/info.py): JSON into (buf, capacity, *outlen)
+    "godist_build_info": (c_int, [c_void_p, c_int64, POINTER(c_int64)] + _ERR),
+    "godist_probe_shm": (c_int, [c_char_p, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
+    "godist_probe_tcp": (c_int, [c_char_p, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
     # ops (capi/ops.go): one entry point each, taking a godist_op's address
     **{"godist_" + op: (c_int, [c_void_p]) for op in (
         "allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "scatter", "alltoall", "barrier",
