@@ -162,8 +162,10 @@ def probe_native(kind: str, candidates: list[dict]) -> dict:
         try:
             res = _QUERIES[kind](lib)
             out.update(res) if isinstance(res, dict) else out.update(version=res)
-        except (AttributeError, RuntimeError) as e:
+        except RuntimeError as e:
             out["reason"] = str(e)
+        except Exception as e:  # a missing symbol (AttributeError), an unexpected answer
+            out["reason"] = f"{type(e).__name__}: {e}"
         return out
     errors = [f"{t['path']}: {t['error']}" for t in out["tried"] if t["error"]]
     wheres = ", ".join(dict.fromkeys(t["where"] for t in out["tried"]))
@@ -192,8 +194,8 @@ def _native(specs: dict) -> dict:
             out[kind] = json.loads(so)
         except ValueError:
             how = f"was killed by signal {-p.returncode}" if p.returncode < 0 else f"exited with {p.returncode}"
-            tail = se.decode(errors="replace").strip().splitlines()[-1:] or [""]
-            out[kind] = dict(fail, reason=f"the probe {how} {tail[0]}".strip())
+            tail = se.decode(errors="replace").strip().splitlines()[-1:]
+            out[kind] = dict(fail, reason=f"the probe {how}" + (f": {tail[0]}" if tail else ""))
     return out
 
 
@@ -412,36 +414,34 @@ def _settings() -> dict:
     return {"settings": known, "unknown": unknown, "gomaxprocs": gmp}
 
 
-def _cgroup_cpus() -> tuple[float | None, str | None]:
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _cgroup_cpus(proc: str = "/proc/self/cgroup", fs: str = "/sys/fs/cgroup") -> tuple[float | None, str | None]:
     """The CPU limit of this process's cgroup (v2 cpu.max or v1 CFS quota),
     the tightest along its path, and the file that set it."""
     best = (None, None)
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = [ln.rstrip("\n").split(":", 2) for ln in f]
-    except OSError:
-        return best
-    for _, ctrls, path in (x for x in lines if len(x) == 3):
-        if ctrls == "":
-            mounts, files = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"], ("cpu.max",)
-        elif "cpu" in ctrls.split(","):
-            mounts, files = [f"/sys/fs/cgroup/{ctrls}", "/sys/fs/cgroup/cpu"], ("cpu.cfs_quota_us",)
-        else:
+    for line in (_read(proc) or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3 or (parts[1] and "cpu" not in parts[1].split(",")):
             continue
-        for mount in mounts:
-            parts = [p for p in path.split("/") if p]
-            for i in range(len(parts), -1, -1):
-                d = os.path.join(mount, *parts[:i])
-                try:
-                    if files[0] == "cpu.max":
-                        q, p = open(os.path.join(d, "cpu.max")).read().split()[:2]
-                    else:
-                        q = open(os.path.join(d, "cpu.cfs_quota_us")).read().strip()
-                        p = open(os.path.join(d, "cpu.cfs_period_us")).read().strip()
-                except (OSError, ValueError):
-                    continue
-                if q not in ("max", "-1") and int(p) > 0 and (best[0] is None or int(q) / int(p) < best[0]):
-                    best = (int(q) / int(p), os.path.join(d, files[0]))
+        v2 = parts[1] == ""
+        mounts = [fs, os.path.join(fs, "unified")] if v2 else [os.path.join(fs, parts[1]), os.path.join(fs, "cpu")]
+        names = [p for p in parts[2].split("/") if p]
+        for d in (os.path.join(m, *names[:i]) for m in mounts for i in range(len(names), -1, -1)):
+            if v2:
+                q, _, p = (_read(os.path.join(d, "cpu.max")) or "").strip().partition(" ")
+                src = os.path.join(d, "cpu.max")
+            else:
+                q, p = ((_read(os.path.join(d, f)) or "").strip() for f in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
+                src = os.path.join(d, "cpu.cfs_quota_us")
+            if q.isdigit() and p.isdigit() and int(p) > 0 and (best[0] is None or int(q) / int(p) < best[0]):
+                best = (int(q) / int(p), src)
     return best
 
 
@@ -449,15 +449,15 @@ def _cpus(build: dict | None) -> dict:
     count = os.cpu_count()
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     limit, source = _cgroup_cpus()
-    usable = min(x for x in (count, affinity, math.ceil(limit) if limit else None) if x)
+    usable = min((x for x in (count, affinity, math.ceil(limit) if limit else None) if x), default=None)
     out = {"count": count, "affinity": affinity, "cgroup_limit": limit, "cgroup_file": source, "usable": usable,
            "go_num_cpu": build["num_cpu"] if build else None, "notes": []}
     go = out["go_num_cpu"] or affinity or count
     out["notes"].append(f"a group's ranks on this host spin briefly while waiting only while they number at most {go} "
                         f"(the CPUs godist counts); beyond that they share CPUs and yield or sleep instead")
     if limit is not None and limit < go:
-        out["notes"].append(f"the cgroup allows {limit:g} CPUs, fewer than the {go} godist counts: with more than "
-                            f"{math.floor(limit) or 1} busy ranks on this host they are throttled")
+        out["notes"].append(f"the cgroup allows {limit:g} CPUs, fewer than the {go} godist counts: its processes "
+                            f"together get at most {limit:g} CPUs of time, spinning ranks included")
     return out
 
 
@@ -539,7 +539,8 @@ def render(r: dict) -> str:
             if b["vcs_revision"] else ""
         out.append(f"  library      {lib['path']} (ABI {lib['abi_version']})")
         out.append(f"  built with   {b['go_version']} {b['goos']}/{b['goarch']}{rev}")
-        why = f"GOMAXPROCS={b['gomaxprocs_env']}" if b["gomaxprocs_env"] else f"{b['num_cpu']} CPUs + {b['spare_procs']}"
+        why = f"GOMAXPROCS={b['gomaxprocs_env']}" if b["gomaxprocs_env"] else \
+            f"{b['num_cpu']} CPUs + {b['spare_procs']}"
         out.append(f"  GOMAXPROCS   {b['gomaxprocs']} ({why})")
     else:
         out.append(f"  library      {lib['path']}: cannot load: {lib['error']}")
@@ -595,7 +596,8 @@ def render(r: dict) -> str:
     env = r["env"]
     out += ["", "Settings"]
     for s in env["settings"]:
-        val = f"={s['value']}" if s["set"] else " (not set" + (f", default {s['default']}" if s["default"] else "") + ")"
+        default = f", default {s['default']}" if s["default"] else ""
+        val = f"={s['value']}" if s["set"] else f" (not set{default})"
         out.append(f"  {s['name']}{val}: {s['effect']}" + (f" [{s['problem']}]" if s["problem"] else ""))
     out.append(f"  GOMAXPROCS" + (f"={env['gomaxprocs']}" if env["gomaxprocs"] else " (not set): NumCPU + 4"))
     if r["warnings"]:
