@@ -100,6 +100,22 @@ def test_json_matches_this_machine(report):
         assert report[key]["used_by_godist"] is False and "does not use" in report[key]["note"]
 
 
+def test_json_keys_are_documented(report):
+    """Every key of the report, and of its sections, is in docs/info.md."""
+    doc = open(os.path.join(ROOT, "docs", "info.md")).read()
+    table = doc[doc.index("## JSON"):]
+    keys = set(report)
+    for section in ("godist", "python", "torch", "platform", "cpus", "transports", "nccl", "cuda_runtime", "mpi",
+                    "gpus", "env"):
+        keys |= set(report[section])
+    keys |= set(report["godist"]["library"]) | set(report["godist"]["library"]["build"])
+    keys |= set(report["transports"]["shm"]) | set(report["transports"]["tcp"])
+    keys |= set(report["nccl"]["tried"][0]) | set(report["gpus"]["devices"][0] if report["gpus"]["devices"] else {})
+    keys |= set(report["env"]["settings"][0])
+    undocumented = sorted(k for k in keys if not re.search(rf"[`.{{ ]{k}[`.,}}]", table))
+    assert not undocumented, f"document these keys in docs/info.md: {undocumented}"
+
+
 @pytest.mark.timeout(180)
 def test_nccl_and_cuda_runtime_found_in_torchs_environment(report):
     try:
@@ -171,7 +187,8 @@ def test_settings_in_force_and_unknown_ones():
     assert not _setting(rep, "GODIST_BIND_ADDR")["set"]
     unknown = {u["name"]: u for u in rep["env"]["unknown"]}
     assert set(unknown) == {"GODIST_FOO", "GODIST_TRANSPRT"}
-    assert unknown["GODIST_TRANSPRT"]["did_you_mean"] == "GODIST_TRANSPORT" and unknown["GODIST_FOO"]["did_you_mean"] is None
+    assert unknown["GODIST_TRANSPRT"]["did_you_mean"] == "GODIST_TRANSPORT"
+    assert unknown["GODIST_FOO"]["did_you_mean"] is None
     assert rep["warnings"] == ["GODIST_FOO='1': unknown setting, ignored",
                                "GODIST_TRANSPRT='tcp': unknown setting, ignored (did you mean GODIST_TRANSPORT?)"]
     b = rep["godist"]["library"]["build"]
@@ -236,6 +253,30 @@ def test_shm_failure_in_the_text_report(report, tmp_path):
     assert line.endswith("no such file or directory")
 
 
+def test_cgroup_cpu_limit(tmp_path):
+    """The tightest quota along the process's cgroup path, v2 and v1."""
+    def write(path, text):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    fs = tmp_path / "cgroup"
+    write(fs / "cpu.max", "max 100000\n")
+    write(fs / "kubepods" / "cpu.max", "400000 100000\n")
+    write(fs / "kubepods" / "pod1" / "cpu.max", "150000 100000\n")
+    write(fs / "kubepods" / "pod1" / "c1" / "cpu.max", "max 100000\n")
+    write(tmp_path / "v2", "0::/kubepods/pod1/c1\n")
+    assert info._cgroup_cpus(str(tmp_path / "v2"), str(fs)) == (1.5, str(fs / "kubepods" / "pod1" / "cpu.max"))
+    write(fs / "cpu,cpuacct" / "job" / "cpu.cfs_quota_us", "200000\n")
+    write(fs / "cpu,cpuacct" / "job" / "cpu.cfs_period_us", "100000\n")
+    write(fs / "cpu,cpuacct" / "cpu.cfs_quota_us", "-1\n")
+    write(fs / "cpu,cpuacct" / "cpu.cfs_period_us", "100000\n")
+    write(tmp_path / "v1", "4:memory:/job\n3:cpu,cpuacct:/job\n")
+    v1 = fs / "cpu,cpuacct" / "job" / "cpu.cfs_quota_us"
+    assert info._cgroup_cpus(str(tmp_path / "v1"), str(fs)) == (2.0, str(v1))
+    write(tmp_path / "none", "3:cpu,cpuacct:/\n")
+    assert info._cgroup_cpus(str(tmp_path / "none"), str(fs)) == (None, None)
+
+
 def _compile(tmp_path, name: str, source: str) -> str:
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
@@ -259,7 +300,9 @@ int nvmlSystemGetDriverVersion(char *b, unsigned n) { strncpy(b, "999.12", n); r
 int nvmlSystemGetCudaDriverVersion(int *v) { *v = 13020; return 0; }
 int nvmlDeviceGetCount_v2(unsigned *n) { *n = 2; return 0; }
 int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) { *h = (void *)(long)(i + 1); return 0; }
-int nvmlDeviceGetName(void *h, char *b, unsigned n) { strncpy(b, h == (void *)1 ? "Fake H100" : "Fake B200", n); return 0; }
+int nvmlDeviceGetName(void *h, char *b, unsigned n) {
+    strncpy(b, h == (void *)1 ? "Fake H100" : "Fake B200", n); return 0;
+}
 typedef struct { unsigned long long total, free, used; } mem;
 int nvmlDeviceGetMemoryInfo(void *h, mem *m) {
     if (h == (void *)2) return 999;
