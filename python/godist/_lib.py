@@ -20,7 +20,7 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint6
 
 from . import _errors, _log
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 # GODIST_ASYNC (capi/godist.h): an asynchronous op, whose handle Go pushes
 # to the completion queue once watched. Without it an op is synchronous.
 ASYNC = 1
