@@ -152,3 +152,53 @@ def test_bench_compare_flags_only_slowdowns_beyond_noise(tmp_path):
                          "--out", str(out)]) == 0
     with pytest.raises(SystemExit):
         compare.main(["--base", str(tmp_path / "b1"), "--new", str(tmp_path / "n2")])
+
+
+# ----- the plot -------------------------------------------------------------------------------------------------------
+
+def _rows(Ps=(2, 4), backends=("godist", "gloo")):
+    """Rows as the ranks send them: all_reduce at two sizes, a barrier and an
+    inference loop per world size, godist 10x faster."""
+    rows = []
+    for P in Ps:
+        for op, size in (("all_reduce", 8), ("all_reduce", 65536), ("barrier", 0), ("infer_loop", 25395)):
+            for b in backends:
+                t = (20.0 if b == "godist" else 200.0) * P * (1 + size / 4096)
+                r = dict(world_size=P, op=op, variant="native" if op != "infer_loop" else "100 x all_reduce",
+                         backend=b, dtype="float32" if op != "barrier" else "-", redop="sum", nominal_bytes=size,
+                         size_bytes=size, count=size // 4, status="ok", wrong=0, time_us=t)
+                if len(backends) == 2:
+                    r["godist_speedup"] = 10.0
+                rows.append(r)
+    return rows
+
+
+@pytest.mark.timeout(60)
+def test_bench_plot_panels(tmp_path):
+    """The figure: a log-log time panel per operation with a speed-ratio
+    strip under it, a panel for the barrier and the scenarios, a legend
+    entry per world size; with one backend, no ratio strips."""
+    pytest.importorskip("matplotlib")
+    from godist.bench import plot
+
+    fig = plot.figure(_rows())
+    panels = {ax.godist_panel: ax for ax in fig.axes if hasattr(ax, "godist_panel")}
+    assert set(panels) == {("all_reduce", "time"), ("all_reduce", "ratio"), ("fixed", "time"), ("fixed", "ratio")}
+    t = panels[("all_reduce", "time")]
+    assert t.get_xscale() == "log" and t.get_yscale() == "log"
+    assert panels[("all_reduce", "ratio")].get_yscale() == "log"
+    assert len(t.get_lines()) == 4  # 2 world sizes x 2 backends
+    assert [tx.get_text() for tx in panels[("fixed", "ratio")].get_xticklabels()] == ["barrier", "inference loop"]
+    labels = [tx.get_text() for lg in fig.legends for tx in lg.get_texts()]
+    assert labels == ["P=2", "P=4", "godist", "gloo"], labels
+
+    one = plot.figure(_rows(backends=("godist",)), ratio=False)
+    panels = {ax.godist_panel: ax for ax in one.axes if hasattr(ax, "godist_panel")}
+    assert set(panels) == {("all_reduce", "time"), ("fixed", "time")}
+    assert [tx.get_text() for tx in panels[("fixed", "time")].get_xticklabels()] == ["barrier", "inference loop"]
+    assert [tx.get_text() for lg in one.legends for tx in lg.get_texts()] == ["P=2", "P=4", "godist"]
+    assert "gloo" not in one._suptitle.get_text()
+
+    png = tmp_path / "p.png"
+    assert plot.plot(_rows(), str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000

@@ -1,5 +1,8 @@
 """Writes the results: CSV (every row), markdown (ratio summary, scenarios,
-nccl-tests-style tables per operation) and a PNG plot (matplotlib, Agg)."""
+nccl-tests-style tables per operation) and a PNG plot (``plot.py``).
+
+With one backend benchmarked there is no godist/gloo ratio: the markdown
+leaves out its summary and its columns, and the CSV leaves its column empty."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import math
 import os
 from collections import defaultdict
 
-from .config import OPS, human_bytes
+from .config import BACKENDS, OPS, human_bytes
 
 CSV_COLUMNS = ["world_size", "op", "variant", "backend", "dtype", "redop", "nominal_bytes", "size_bytes", "count",
                "n_iters", "repeats", "time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "p50_us", "p95_us",
@@ -44,6 +47,14 @@ def _ratio(x):
     if x is None or x == "" or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return f"{x:.2f}"
+
+
+def has_ratio(rows, meta: dict | None = None) -> bool:
+    """Whether both backends were benchmarked (the run's meta says; an
+    older run's rows tell)."""
+    if meta and meta.get("backends"):
+        return len(meta["backends"]) == len(BACKENDS)
+    return {r["backend"] for r in rows} >= set(BACKENDS)
 
 
 def write_csv(rows, path):
@@ -106,34 +117,41 @@ def ratio_table(rows, key="time_us") -> list[str]:
     return out
 
 
-def scenario_table(rows) -> list[str]:
+def scenario_table(rows, ratio: bool = True) -> list[str]:
     sc = [r for r in rows if r["op"] in SCENARIO_OPS]
     if not sc:
         return []
-    out = ["| scenario | P | backend | what | time per step/op (µs) | p50 (µs) | p95 (µs) | CPU (µs) | #wrong "
-           "| godist/gloo |",
-           "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    head = ["scenario", "P", "backend", "what", "time per step/op (µs)", "p50 (µs)", "p95 (µs)", "CPU (µs)", "#wrong"]
+    align = ["---", "---:", "---", "---"] + ["---:"] * 5
+    if ratio:
+        head.append("godist/gloo")
+        align.append("---:")
+    out = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
     for r in sorted(sc, key=lambda r: (r["op"], r["world_size"], r["backend"] != "godist")):
         vals = [r["op"], r["world_size"], _backend_label(r), r["variant"], _f(r.get("time_us")), _f(r.get("p50_us")),
-                _f(r.get("p95_us")), _f(r.get("cpu_us_per_op")), r.get("wrong", 0), _ratio(r.get("godist_speedup"))]
+                _f(r.get("p95_us")), _f(r.get("cpu_us_per_op")), r.get("wrong", 0)]
+        if ratio:
+            vals.append(_ratio(r.get("godist_speedup")))
         out.append("| " + " | ".join(str(v) for v in vals) + " |")
     return out
 
 
-def op_tables(rows) -> list[str]:
+def op_tables(rows, ratio: bool = True) -> list[str]:
     out = []
     ops = [op for op in OPS if any(r["op"] == op for r in rows)]
+    cols = MD_COLUMNS if ratio else MD_COLUMNS[:-1]
     for op in ops:
         rs = [r for r in rows if r["op"] == op]
         rs.sort(key=lambda r: (r["dtype"] != "float32", r["dtype"], r["world_size"], r["nominal_bytes"],
                                r["backend"] != "godist", r["variant"]))
-        align = ["---" if c in ("type", "redop", "backend") else "---:" for c in MD_COLUMNS]
-        out += ["", f"### {op}", "", "| " + " | ".join(MD_COLUMNS) + " |", "| " + " | ".join(align) + " |"]
+        align = ["---" if c in ("type", "redop", "backend") else "---:" for c in cols]
+        out += ["", f"### {op}", "", "| " + " | ".join(cols) + " |", "| " + " | ".join(align) + " |"]
         for r in rs:
             vals = [r["world_size"], _size_label(r), r["count"], r["dtype"], r["redop"], _backend_label(r),
                     _f(r.get("time_us")), _bw(r.get("algbw_GBps")), _bw(r.get("busbw_GBps")), _f(r.get("p50_us")),
-                    _f(r.get("p95_us")), _f(r.get("cpu_us_per_op")), r.get("n_iters", ""),
-                    r.get("wrong", 0), _ratio(r.get("godist_speedup"))]
+                    _f(r.get("p95_us")), _f(r.get("cpu_us_per_op")), r.get("n_iters", ""), r.get("wrong", 0)]
+            if ratio:
+                vals.append(_ratio(r.get("godist_speedup")))
             out.append("| " + " | ".join(str(v) for v in vals) + " |")
         errs = [r for r in rs if r.get("error")]
         for r in errs:
@@ -152,32 +170,43 @@ def _pyloop_lines(meta: dict) -> list[str]:
 
 
 def write_markdown(rows, meta: dict, path: str, png_name: str | None):
-    lines = ["# godist vs gloo, side by side", "",
+    ratio = has_ratio(rows, meta)
+    ran = meta.get("backends") or sorted({r["backend"] for r in rows})
+    if ratio:
+        title = "# godist vs gloo, side by side"
+    else:
+        title = f"# {', '.join(ran)} alone (" + ", ".join(b for b in BACKENDS if b not in ran) + " not run)"
+    lines = [title, "",
              f"Command: `{meta['command']}`  ", f"Mode: {meta['mode']}; {meta['when']}; wall time "
              f"{meta['wall_s']:.0f} s; exit status {meta['exit']}.", "",
              "```", *meta["header"], f"loadavg: {meta['loadavg_end']} (at end)", *_pyloop_lines(meta), "```", ""]
     if meta.get("setup"):
-        lines += ["godist transport (as reported by the godist group): " + ", ".join(
-            f"P={p}: {s.get('godist_transport', '?')}" for p, s in sorted(meta["setup"].items())) + "; gloo: TCP "
-            "over loopback.", "",
+        transports = []
+        if "godist" in ran:
+            transports.append("godist transport (as reported by the godist group): " + ", ".join(
+                f"P={p}: {s.get('godist_transport', '?')}" for p, s in sorted(meta["setup"].items())))
+        if "gloo" in ran:
+            transports.append("gloo: TCP over loopback")
+        lines += ["; ".join(transports) + ".", "",
             "Process-group setup (max over ranks, s): " + "; ".join(
             f"P={p}: " + ", ".join(f"{k} {v:.3f}" for k, v in s.get("times", {}).items())
             for p, s in sorted(meta["setup"].items())), ""]
     if meta.get("errors"):
         lines += ["**Errors:**", "", "```", *meta["errors"], "```", ""]
-    lines += ["## godist/gloo speed ratio", "",
-              "t_gloo / t_godist per cell (median over repeats of the mean over ranks): above 1 godist is faster. "
-              "† = against gloo's all_reduce+chunk fallback (gloo has no native op).", "",
-              *ratio_table(rows), "",
-              "### The same ratio for the median single op (p50 latency)", "",
-              "Per-op p50 inside the timed blocks, gloo / godist. Where it differs a lot from the table above, one "
-              "backend has a heavy tail (on a loaded VM, mostly late wake-ups of a few ms).", "",
-              *ratio_table(rows, key="p50_us"), ""]
-    sc = scenario_table(rows)
+    if ratio:
+        lines += ["## godist/gloo speed ratio", "",
+                  "t_gloo / t_godist per cell (median over repeats of the mean over ranks): above 1 godist is "
+                  "faster. † = against gloo's all_reduce+chunk fallback (gloo has no native op).", "",
+                  *ratio_table(rows), "",
+                  "### The same ratio for the median single op (p50 latency)", "",
+                  "Per-op p50 inside the timed blocks, gloo / godist. Where it differs a lot from the table above, "
+                  "one backend has a heavy tail (on a loaded VM, mostly late wake-ups of a few ms).", "",
+                  *ratio_table(rows, key="p50_us"), ""]
+    sc = scenario_table(rows, ratio)
     if sc:
         lines += ["## Scenarios", "", *sc, ""]
     if png_name:
-        lines += [f"![godist vs gloo]({png_name})", ""]
+        lines += [f"![{'godist vs gloo' if ratio else title.lstrip('# ')}]({png_name})", ""]
     lines += ["## Per operation (nccl-tests columns)", "",
               "size = S of nccl-tests (all_reduce/broadcast/send_recv: the buffer; all_gather: total output; "
               "reduce_scatter: total input; all_to_all: the whole input); algbw = S / time (decimal GB/s); busbw = "
@@ -185,82 +214,9 @@ def write_markdown(rows, meta: dict, path: str, png_name: str | None):
               "send_recv). time and CPU/op: median over repeats of the mean over ranks; p50/p95: per-op latencies "
               "inside the timed blocks, mean over ranks. send_recv is a ping-pong between rank pairs (0,1), (2,3), "
               "...: time = half the round trip. CPU/op = getrusage user+system time of the whole process (every "
-              "thread) per op. n = ops per timed block.", *op_tables(rows), ""]
+              "thread) per op. n = ops per timed block.", *op_tables(rows, ratio), ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
-
-
-def plot(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    Ps = sorted({r["world_size"] for r in rows})
-    colors = {p: c for p, c in zip(Ps, ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple",
-                                        "tab:brown", "tab:pink", "tab:gray"])}
-    sized = [op for op in OPS if op != "barrier" and any(r["op"] == op and r["dtype"] == "float32" for r in rows)]
-    fixed = [op for op in ("barrier",) + SCENARIO_OPS if any(r["op"] == op for r in rows)]
-    nrows = len(sized) + (1 if fixed else 0)
-    if nrows == 0:
-        return
-    fig, axes = plt.subplots(nrows, 2, figsize=(12, 3.2 * nrows), squeeze=False)
-    for i, op in enumerate(sized):
-        ax_t, ax_r = axes[i]
-        for p in Ps:
-            for backend, style in (("godist", "-"), ("gloo", "--")):
-                rs = sorted((r for r in rows if r["op"] == op and r["dtype"] == "float32" and r["world_size"] == p
-                             and r["backend"] == backend and r["status"] == "ok" and r.get("time_us")),
-                            key=lambda r: r["size_bytes"])
-                for variant in sorted({r["variant"] for r in rs}):
-                    vs = [r for r in rs if r["variant"] == variant]
-                    lab = f"{backend} P={p}" + ("" if variant == "native" else f" ({variant})")
-                    ax_t.plot([r["size_bytes"] for r in vs], [r["time_us"] for r in vs], style, marker="o",
-                              ms=3, color=colors[p], label=lab, alpha=1.0 if variant == "native" else 0.6)
-            rs = sorted((r for r in rows if r["op"] == op and r["dtype"] == "float32" and r["world_size"] == p
-                         and r["backend"] == "godist" and r.get("godist_speedup")), key=lambda r: r["size_bytes"])
-            ax_r.plot([r["size_bytes"] for r in rs], [r["godist_speedup"] for r in rs], "-", marker="o", ms=3,
-                      color=colors[p], label=f"P={p}")
-        ax_t.set(xscale="log", yscale="log", xlabel="size S (bytes)", ylabel="time per op (µs)",
-                 title=f"{op}: time (godist solid, gloo dashed)")
-        ax_r.axhline(1.0, color="black", lw=0.8)
-        ax_r.set(xscale="log", yscale="log", xlabel="size S (bytes)", ylabel="t_gloo / t_godist",
-                 title=f"{op}: t_gloo / t_godist (>1: godist faster)")
-        ax_t.legend(fontsize=6, ncol=2)
-        ax_r.legend(fontsize=7)
-        for ax in (ax_t, ax_r):
-            ax.grid(True, which="both", alpha=0.3)
-    if fixed:
-        ax_t, ax_r = axes[len(sized)]
-        markers = {"barrier": "o", "ddp_step": "s", "infer_loop": "^", "async_loop": "v"}
-        for op in fixed:
-            for backend, style in (("godist", "-"), ("gloo", "--")):
-                rs = sorted((r for r in rows if r["op"] == op and r["backend"] == backend and r["status"] == "ok"
-                             and r.get("time_us")), key=lambda r: r["world_size"])
-                ax_t.plot([r["world_size"] for r in rs], [r["time_us"] for r in rs], style, marker=markers[op],
-                          label=f"{op} {backend}")
-            rs = sorted((r for r in rows if r["op"] == op and r["backend"] == "godist" and r.get("godist_speedup")),
-                        key=lambda r: r["world_size"])
-            ax_r.plot([r["world_size"] for r in rs], [r["godist_speedup"] for r in rs], "-", marker=markers[op],
-                      label=op)
-        ax_t.set(yscale="log", xlabel="world size P", ylabel="time per op / step (µs)", xticks=Ps,
-                 title="barrier, DDP step, inference and async loops (godist solid, gloo dashed)")
-        ax_r.axhline(1.0, color="black", lw=0.8)
-        ax_r.set(yscale="log", xlabel="world size P", ylabel="t_gloo / t_godist", xticks=Ps,
-                 title="godist speed relative to gloo (>1: godist faster)")
-        for ax in (ax_t, ax_r):
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
-    from matplotlib.ticker import FuncFormatter, LogLocator
-
-    ratio_fmt = FuncFormatter(lambda y, _: f"{y:g}")
-    for ax in axes[:, 1]:
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(ratio_fmt)
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: ""))
-    fig.tight_layout()
-    fig.savefig(path, dpi=72)
-    plt.close(fig)
 
 
 INT_COLUMNS = ("world_size", "nominal_bytes", "size_bytes", "count", "n_iters", "repeats", "wrong")
@@ -303,8 +259,12 @@ def write_all(rows, meta, out_dir, want_plot=True, write_data=True):
     if want_plot:
         paths["png"] = os.path.join(out_dir, PNG_NAME)
         try:
-            plot(rows, paths["png"])
-            png = PNG_NAME
+            from .plot import plot
+
+            if plot(rows, paths["png"], ratio=has_ratio(rows, meta)):
+                png = PNG_NAME
+            else:
+                paths.pop("png")
         except Exception as e:  # noqa: BLE001 - a plot failure must not lose the numbers
             meta.setdefault("errors", []).append(f"plot failed: {type(e).__name__}: {e}")
             paths.pop("png")
