@@ -5,6 +5,7 @@ cell, no wrong elements. No timing assertions."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import subprocess
@@ -154,7 +155,93 @@ def test_bench_compare_flags_only_slowdowns_beyond_noise(tmp_path):
         compare.main(["--base", str(tmp_path / "b1"), "--new", str(tmp_path / "n2")])
 
 
-# ----- the plot -------------------------------------------------------------------------------------------------------
+# ----- the live output: table on stdout, progress on stderr, filters, plot ----------------------------------------
+
+TINY = ["--world-sizes", "2", "--sizes", "8,64K", "--ops", "all_reduce,broadcast", "--scenarios", "none",
+        "--spot-dtypes", "", "--target-ms", "4", "--repeats", "2"]
+PROGRESS_LINE = re.compile(r"^\[P=2 \d\d:\d\d\] \[(\d+)/(\d+) ETA (?:\d\d:\d\d|--:--)\] (\S+) float32 ([\d.]+ \w+): ")
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def _table_rows(text):
+    """The result table's data rows: lines of the stdout table that are not
+    comments, split into fields."""
+    return [ln.split() for ln in text.splitlines() if ln.strip() and ln.lstrip()[0].isdigit()]
+
+
+@pytest.mark.timeout(150)
+def test_bench_prints_table_rows_as_cells_finish(tmp_path):
+    """Through pipes (no terminal): one plain progress line per cell on
+    stderr, and each cell's table row on stdout before the next cell's
+    progress line, that is, as the cell finishes, not at the end."""
+    out = tmp_path / "perf"
+    p = subprocess.run([sys.executable, "-m", "godist.bench", *TINY, "--no-plot", "--out", str(out)],
+                       cwd=str(tmp_path), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=140)
+    both = p.stdout
+    assert p.returncode == 0, both
+    assert "\r" not in both and "\x1b[" not in both, "a status line was drawn into a pipe"
+    lines = both.splitlines()
+    progress = [(i, PROGRESS_LINE.match(ln)) for i, ln in enumerate(lines) if PROGRESS_LINE.match(ln)]
+    assert [(int(m.group(1)), int(m.group(2))) for _, m in progress] == [(1, 4), (2, 4), (3, 4), (4, 4)], both
+    assert [(m.group(3), m.group(4)) for _, m in progress] == [
+        ("all_reduce", "8 B"), ("all_reduce", "64 KiB"), ("broadcast", "8 B"), ("broadcast", "64 KiB")], both
+    rows = [(i, ln.split()) for i, ln in enumerate(lines) if ln.strip() and ln.lstrip()[0].isdigit()]
+    assert [(r[0], r[2], r[3]) for _, r in rows] == [("8", "float32", "sum"), ("65536", "float32", "sum"),
+                                                     ("8", "float32", "-"), ("65536", "float32", "-")], both
+    for k in range(3):
+        assert rows[k][0] < progress[k + 1][0], f"row {k + 1} was not printed before cell {k + 2} finished:\n{both}"
+    wrote = next(i for i, ln in enumerate(lines) if ln.startswith("wrote "))
+    assert rows[-1][0] < wrote
+    # A header per operation, nccl-tests columns, both backends and the ratio.
+    assert "# all_reduce, P=2" in both and "# broadcast, P=2" in both
+    heads = [ln for ln in lines if ln.split()[:2] == ["#", "size"]]
+    assert len(heads) == 2 and all(h.split()[1:] == ["size", "count", "type", "redop"] + ["time", "algbw", "busbw",
+                                   "#wrong"] * 2 + ["godist/gloo"] for h in heads), heads
+    with open(out / "results.csv", newline="") as f:
+        csv_rows = [r for r in csv.DictReader(f) if r["backend"] == "godist"]
+    for (_, r), c in zip(rows, csv_rows):
+        assert len(r) == 13, r
+        assert r[4] == f"{float(c['time_us']):.2f}" and r[12] == f"{float(c['godist_speedup']):.2f}", (r, c)
+
+
+@pytest.mark.timeout(150)
+def test_bench_backends_godist_alone(tmp_path):
+    """--backends godist: no gloo group, no gloo rows, no ratio anywhere (the
+    CSV keeps the column, empty); the DDP scenario is checked against the
+    harness instead of gloo."""
+    import importlib.util
+
+    out = tmp_path / "perf"
+    p = subprocess.run([sys.executable, "-m", "godist.bench", "--smoke", "--backends", "godist", "--sizes", "8,64K",
+                        "--ops", "all_reduce,barrier", "--scenarios", "ddp", "--spot-dtypes", "", "--out", str(out)],
+                       cwd=str(tmp_path), env=_env(), capture_output=True, text=True, timeout=140)
+    assert p.returncode == 0, f"exit {p.returncode}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}"
+    assert "gloo" not in p.stdout, p.stdout
+    rows = _table_rows(p.stdout)
+    assert len(rows) == 4 and all(len(r) == 8 for r in rows), p.stdout  # size count type redop + one group
+    with open(out / "results.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        assert CSV_COLUMNS <= set(reader.fieldnames)
+        csv_rows = list(reader)
+    assert {r["op"] for r in csv_rows} == {"all_reduce", "barrier", "ddp_step"}
+    assert {r["backend"] for r in csv_rows} == {"godist"}
+    assert all(r["godist_speedup"] == "" and r["wrong"] == "0" and r["status"] == "ok" for r in csv_rows), csv_rows
+    with open(out / "meta.json") as f:
+        meta = json.load(f)
+    assert meta["backends"] == ["godist"]
+    assert not any("gloo" in k and "harness" not in k for k in meta["setup"]["2"]["times"]), meta["setup"]
+    md = (out / "results.md").read_text()
+    assert "godist/gloo" not in md and "speed ratio" not in md, md
+    assert md.count(MD_HEADER.rsplit(" godist/gloo |", 1)[0]) == 2, md
+    if importlib.util.find_spec("matplotlib"):
+        assert (out / "results.png").stat().st_size > 1000
+    else:
+        assert not (out / "results.png").exists() and "plot failed" in md
+
 
 def _rows(Ps=(2, 4), backends=("godist", "gloo")):
     """Rows as the ranks send them: all_reduce at two sizes, a barrier and an
@@ -202,3 +289,79 @@ def test_bench_plot_panels(tmp_path):
     png = tmp_path / "p.png"
     assert plot.plot(_rows(), str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
+
+
+def test_bench_progress_on_a_terminal_redraws_one_status_line():
+    """On a terminal the status line is redrawn in place (cell i of N,
+    elapsed, ETA) and what is printed goes above it; elsewhere one plain
+    line per cell."""
+    import io
+
+    from godist.bench.progress import Progress
+
+    class Clock:
+        t = 0.0
+
+        def __call__(self):
+            return self.t
+
+    rows = _rows(Ps=(2,))
+    cells = [[r for r in rows if r["op"] == op and r["nominal_bytes"] == s] for op, s in
+             (("all_reduce", 8), ("all_reduce", 65536), ("barrier", 0))]
+    clock, err, out = Clock(), io.StringIO(), io.StringIO()
+    pr = Progress(3, worlds=1, stream=err, tty=True, clock=clock, columns=200)
+    pr.start_world(2, ["all_reduce float32 8 B", "all_reduce float32 64 KiB", "barrier"])
+    assert "starting 2 ranks" in err.getvalue()
+    clock.t = 4.0
+    pr.ready()
+    for k, cell in enumerate(cells):
+        clock.t += 10.0
+        pr.print_to(out, f"row {k}")
+        pr.item_done(cell)
+    pr.end_world()
+    pr.close()
+    text = err.getvalue()
+    assert "\n" not in text and text.count("\r\x1b[K") >= 6, repr(text)
+    assert "1/3" in text and "running: all_reduce float32 64 KiB" in text and "elapsed 00:14" in text
+    assert "ETA 00:20" in text  # 10 s per cell, two cells left
+    assert text.endswith("\r\x1b[K") and out.getvalue() == "row 0\nrow 1\nrow 2\n"
+
+    plain = io.StringIO()
+    pr = Progress(3, stream=plain, clock=clock)  # StringIO is no terminal
+    pr.start_world(2, ["a", "b", "c"])
+    pr.ready()
+    for cell in cells:
+        pr.item_done(cell)
+    pr.end_world()
+    lines = plain.getvalue().splitlines()
+    assert len(lines) == 3 and "\r" not in plain.getvalue(), lines
+    assert lines[0].startswith("[P=2 ") and "[1/3 ETA" in lines[0] and "godist/gloo x10.00" in lines[0], lines
+
+
+def test_bench_filters_compose_and_bad_options_are_refused(capsys):
+    """--ops, --sizes, --world-sizes, --backends combine (also with a preset);
+    a bad value is refused with exit status 2 and a message naming the option."""
+    from godist.bench import cli
+    from godist.bench.config import cell_list
+
+    cfg = cli.config_from_args(cli.build_parser().parse_args(
+        ["--smoke", "--ops", "allreduce,barrier,reduce_scatter", "--sizes", "1K,8", "--world-sizes", "3,2",
+         "--backends", "gloo", "--spot-dtypes", "int64"]))
+    assert cfg.world_sizes == [3, 2] and cfg.sizes == [8, 1024] and cfg.backends == ["gloo"]
+    assert cell_list(cfg) == [("all_reduce", "float32", 8), ("all_reduce", "float32", 1024),
+                              ("all_reduce", "int64", 1024), ("barrier", "float32", 0),
+                              ("reduce_scatter_tensor", "float32", 8), ("reduce_scatter_tensor", "float32", 1024),
+                              ("reduce_scatter_tensor", "int64", 1024)]
+    assert cli.config_from_args(cli.build_parser().parse_args(["--backends", "gloo,godist"])).backends == [
+        "godist", "gloo"]
+    for args, words in ((["--backends", "nccl"], "--backends: unknown 'nccl'"),
+                        (["--sizes", "4X"], "--sizes: not a size: '4X'"),
+                        (["--world-sizes", "two"], "--world-sizes: expected comma-separated whole numbers"),
+                        (["--world-sizes", "1,2"], "--world-sizes: every world size must be at least 2"),
+                        (["--min-bytes", "1M", "--max-bytes", "4K"], "no sizes"),
+                        (["--spot-dtypes", "float8"], "--spot-dtypes: unknown 'float8'"),
+                        (["--ops", "allgather,gather"], "--ops: unknown operation 'gather'")):
+        with pytest.raises(SystemExit) as e:
+            cli.main(args)
+        assert e.value.code == 2, args
+        assert words in capsys.readouterr().err, args

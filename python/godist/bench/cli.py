@@ -2,7 +2,9 @@
 
 The parent prints the machine header, spawns one world of P ranks per world
 size (start method "spawn", a FileStore in a temporary directory), collects
-the rows rank 0 sends, kills a world that errors or runs past its time limit,
+the rows rank 0 sends, prints each cell's row of the result table to stdout
+as it comes (``table.py``) and keeps the progress display on stderr
+(``progress.py``), kills a world that errors or runs past its time limit,
 and writes the CSV, markdown and PNG. Exit status: 0 when every cell ran and
 none had a wrong element, 1 otherwise, 2 for bad arguments.
 """
@@ -20,12 +22,32 @@ import tempfile
 import time
 
 from . import machine, report
-from .config import (MALLOC_ENV, OP_ALIASES, OPS, SCENARIOS, Config, geometric_sizes, human_bytes, parse_bytes,
-                     spot_sizes_for)
+from .config import (BACKENDS, DTYPES, MALLOC_ENV, OP_ALIASES, OPS, SCENARIOS, Config, cell_list, geometric_sizes,
+                     human_bytes, parse_bytes, scenario_list, spot_sizes_for)
+from .progress import SCENARIO_LABELS, Progress, cell_label
+from .table import Table
+
+
+class BadOption(ValueError):
+    """An option's value is wrong: argparse reports it (exit status 2)."""
 
 
 def _csv_list(text):
     return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _ints(option, text):
+    try:
+        return [int(x) for x in _csv_list(text)]
+    except ValueError:
+        raise BadOption(f"{option}: expected comma-separated whole numbers, got {text!r}") from None
+
+
+def _bytes(option, text):
+    try:
+        return parse_bytes(text)
+    except ValueError as e:
+        raise BadOption(f"{option}: {e}") from None
 
 
 def build_parser():
@@ -41,6 +63,9 @@ def build_parser():
                       help="P=2; sizes 8 B and 64 KiB; tiny DDP, inference and async scenarios (well under a minute)")
     p.add_argument("--world-sizes", type=str, help="comma-separated world sizes (default 2,4,8)")
     p.add_argument("--ops", type=str, help="comma-separated: " + ", ".join(OPS) + " (default all)")
+    p.add_argument("--backends", type=str,
+                   help="comma-separated backends to time: godist, gloo or both (default both; with one, no "
+                        "godist/gloo ratio is reported)")
     p.add_argument("--min-bytes", type=str, help="smallest size, e.g. 8, 4K, 1M (default 8)")
     p.add_argument("--max-bytes", type=str, help="largest size (default 64M)")
     p.add_argument("--step", type=int, help="size factor between cells (default 4; --quick 64)")
@@ -88,27 +113,46 @@ def config_from_args(a) -> Config:
         cfg.infer_iters = 100
         cfg.world_timeout_s = 240
         cfg.op_timeout_s = 60
-    if a.world_sizes:
-        cfg.world_sizes = [int(x) for x in _csv_list(a.world_sizes)]
-    if a.ops:
+    if a.world_sizes is not None:
+        cfg.world_sizes = list(dict.fromkeys(_ints("--world-sizes", a.world_sizes)))
+        if not cfg.world_sizes:
+            raise BadOption("--world-sizes: no world size given")
+    if a.ops is not None:
         ops = []
         for x in _csv_list(a.ops):
             x = OP_ALIASES.get(x.lower(), x.lower())
             if x not in OPS:
-                raise SystemExit(f"--ops: unknown operation {x!r}; choose from {', '.join(OPS)}")
+                raise BadOption(f"--ops: unknown operation {x!r}; choose from {', '.join(OPS)}")
             if x not in ops:
                 ops.append(x)
+        if not ops:
+            raise BadOption("--ops: no operation given")
         cfg.ops = ops
+    if a.backends is not None:
+        chosen = [x.lower() for x in _csv_list(a.backends)]
+        bad = [x for x in chosen if x not in BACKENDS]
+        if bad or not chosen:
+            raise BadOption(f"--backends: {'unknown ' + ', '.join(map(repr, bad)) if bad else 'none given'}; "
+                            f"choose godist, gloo or godist,gloo")
+        cfg.backends = [b for b in BACKENDS if b in chosen]
     if a.min_bytes:
-        lo = parse_bytes(a.min_bytes)
+        lo = _bytes("--min-bytes", a.min_bytes)
     if a.max_bytes:
-        hi = parse_bytes(a.max_bytes)
-    if a.step:
+        hi = _bytes("--max-bytes", a.max_bytes)
+    if a.step is not None:
+        if a.step < 2:
+            raise BadOption("--step: the factor between sizes must be at least 2")
         step = a.step
-    if a.sizes:
-        cfg.sizes = sorted({parse_bytes(x) for x in _csv_list(a.sizes)})
+    if a.sizes is not None:
+        cfg.sizes = sorted({_bytes("--sizes", x) for x in _csv_list(a.sizes)})
+        if not cfg.sizes:
+            raise BadOption("--sizes: no size given")
     elif not cfg.sizes or a.min_bytes or a.max_bytes or a.step:
         cfg.sizes = geometric_sizes(lo, hi, step)
+        if not cfg.sizes:
+            raise BadOption(f"--min-bytes {human_bytes(lo)} is above --max-bytes {human_bytes(hi)}: no sizes")
+    if any(s < 1 for s in cfg.sizes):
+        raise BadOption("--sizes/--min-bytes: every size must be at least 1 byte")
     if a.repeats:
         cfg.repeats = a.repeats
     if a.target_ms:
@@ -117,14 +161,18 @@ def config_from_args(a) -> Config:
         cfg.max_iters = a.max_iters
     if a.spot_dtypes is not None:
         cfg.spot_dtypes = _csv_list(a.spot_dtypes)
+        bad = [x for x in cfg.spot_dtypes if x not in DTYPES]
+        if bad:
+            raise BadOption(f"--spot-dtypes: unknown {', '.join(map(repr, bad))}; choose from {', '.join(DTYPES)}")
     if a.scenarios is not None:
         sc = [x for x in _csv_list(a.scenarios) if x != "none"]
         bad = [x for x in sc if x not in SCENARIOS]
         if bad:
-            raise SystemExit(f"--scenarios: unknown {bad}; choose from {', '.join(SCENARIOS)} or none")
+            raise BadOption(f"--scenarios: unknown {', '.join(map(repr, bad))}; choose from {', '.join(SCENARIOS)} "
+                            "or none")
         cfg.scenarios = sc
     if a.scenario_world_sizes:
-        cfg.scenario_world_sizes = [int(x) for x in _csv_list(a.scenario_world_sizes)]
+        cfg.scenario_world_sizes = _ints("--scenario-world-sizes", a.scenario_world_sizes)
     if a.ddp_steps:
         cfg.ddp_steps = a.ddp_steps
     if a.ddp_repeats:
@@ -139,14 +187,37 @@ def config_from_args(a) -> Config:
     cfg.pin_malloc = not a.default_malloc
     cfg.spot_sizes = spot_sizes_for(cfg.sizes)
     if any(p < 2 for p in cfg.world_sizes):
-        raise SystemExit("--world-sizes: every world size must be at least 2")
+        raise BadOption("--world-sizes: every world size must be at least 2")
     if cfg.repeats < 1:
-        raise SystemExit("--repeats must be at least 1")
+        raise BadOption("--repeats must be at least 1")
+    if cfg.target_s <= 0:
+        raise BadOption("--target-ms must be above 0")
     return cfg
 
 
-def run_world(P: int, cfg: Config, rows: list, errors: list, setup: dict):
-    """Spawn P ranks, collect their rows; True when every rank finished."""
+class Live:
+    """What the parent does with the ranks' messages as they come: the
+    table on stdout, the progress and messages on stderr."""
+
+    def __init__(self, cfg: Config, rows: list, progress: Progress, out=None):
+        self.cfg, self.rows, self.progress = cfg, rows, progress
+        self.table = Table(cfg.backends)
+        self.out = out if out is not None else sys.stdout
+
+    @staticmethod
+    def items(cfg: Config, P: int) -> list[str]:
+        """What world size P runs, in order, as the status line names it."""
+        return [cell_label(*c) for c in cell_list(cfg)] + [SCENARIO_LABELS[s] for s in scenario_list(cfg, P)]
+
+    def cell(self, P: int, rows: list):
+        self.rows.extend(rows)
+        self.progress.print_to(self.out, "\n".join(self.table.lines(P, rows)))
+        self.progress.item_done(rows)
+
+
+def run_world(P: int, cfg: Config, live: Live, errors: list, setup: dict):
+    """Spawn P ranks, pass their cells and messages to ``live``; True when
+    every rank finished."""
     from . import worker
 
     ctx = mp.get_context("spawn")
@@ -164,8 +235,9 @@ def run_world(P: int, cfg: Config, rows: list, errors: list, setup: dict):
             limit = min(deadline, grace) if grace else deadline
             if now >= limit:
                 break
+            live.progress.tick()
             try:
-                kind, rank, payload = q.get(timeout=min(1.0, limit - now))
+                kind, rank, payload = q.get(timeout=min(0.5, limit - now))
             except queue.Empty:
                 if all(not p.is_alive() for p in procs):
                     try:  # drain what the dead left behind
@@ -174,10 +246,15 @@ def run_world(P: int, cfg: Config, rows: list, errors: list, setup: dict):
                         break
                 else:
                     continue
-            if kind == "row":
-                rows.append(payload)
+            if kind == "cell":
+                live.cell(P, payload)
+            elif kind == "note":
+                live.progress.note(payload)
+            elif kind == "log":
+                live.progress.message(payload)
             elif kind == "setup":
                 setup[P] = payload
+                live.progress.ready()
             elif kind == "done":
                 done.add(rank)
             elif kind == "error":
@@ -206,9 +283,15 @@ def main(argv=None) -> int:
         paths = report.render(a.render, want_plot=not a.no_plot)
         print(f"wrote {', '.join(v for k, v in paths.items() if k in ('md', 'png'))}", file=sys.stderr)
         return 0
-    cfg = config_from_args(a)
+    try:
+        cfg = config_from_args(a)
+    except BadOption as e:
+        parser.error(str(e))
     out_dir = a.out or os.path.join("docs", "perf")
     t_start = time.monotonic()
+    total = sum(len(Live.items(cfg, P)) for P in cfg.world_sizes)
+    n_scenarios = sum(len(scenario_list(cfg, P)) for P in cfg.world_sizes)
+    progress = Progress(total, worlds=len(cfg.world_sizes))
 
     # The ranks inherit this environment (spawn): set it before they start.
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -225,31 +308,34 @@ def main(argv=None) -> int:
     env_keys = ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "GODIST_TRANSPORT", *MALLOC_ENV)
     env_line = ", ".join(f"{k}={os.environ[k]}" for k in env_keys if k in os.environ)
     header.append(f"env:     {env_line}")
-    header.append(f"run:     mode {cfg.mode}; P {cfg.world_sizes}; ops {', '.join(cfg.ops)}; "
-                  f"sizes {', '.join(human_bytes(s) for s in cfg.sizes)}; repeats {cfg.repeats}; "
-                  f"block target {cfg.target_s * 1e3:g} ms")
+    header.append(f"run:     mode {cfg.mode}; backends {', '.join(cfg.backends)}; P {cfg.world_sizes}; "
+                  f"ops {', '.join(cfg.ops)}; sizes {', '.join(human_bytes(s) for s in cfg.sizes)}; "
+                  f"repeats {cfg.repeats}; block target {cfg.target_s * 1e3:g} ms; {total - n_scenarios} cells"
+                  + (f" and {n_scenarios} scenario runs" if n_scenarios else ""))
     if a.note:
         header.append(f"note:    {a.note}")
-    for line in header:
-        print(line, file=sys.stderr)
     if m["nproc"] and os.getloadavg()[0] > m["nproc"]:
-        msg = f"WARNING: loadavg {os.getloadavg()[0]:.2f} > nproc {m['nproc']}: the machine is busy, timings are noisy"
-        print(msg, file=sys.stderr)
-        header.append(msg)
-    sys.stderr.flush()
+        header.append(f"WARNING: loadavg {os.getloadavg()[0]:.2f} > nproc {m['nproc']}: the machine is busy, "
+                      "timings are noisy")
+    progress.message("\n".join(header))
 
     rows, errors, setup = [], [], {}
+    live = Live(cfg, rows, progress)
     hashes, pyloop = {}, {}
-    for P in cfg.world_sizes:
-        t = time.monotonic()
-        hashes[P] = machine.library_hash()
-        before = machine.python_loop_ms()
-        print(f"--- world size {P}: spawning {P} ranks (Python loop {before:.1f} ms)", file=sys.stderr, flush=True)
-        run_world(P, cfg, rows, errors, setup)
-        after = machine.python_loop_ms()
-        pyloop[P] = [round(before, 1), round(after, 1)]
-        print(f"--- world size {P} done in {time.monotonic() - t:.0f} s (Python loop {after:.1f} ms)",
-              file=sys.stderr, flush=True)
+    try:
+        for P in cfg.world_sizes:
+            t = time.monotonic()
+            hashes[P] = machine.library_hash()
+            before = machine.python_loop_ms()
+            progress.message(f"--- world size {P}: spawning {P} ranks (Python loop {before:.1f} ms)")
+            progress.start_world(P, Live.items(cfg, P))
+            run_world(P, cfg, live, errors, setup)
+            progress.end_world()
+            after = machine.python_loop_ms()
+            pyloop[P] = [round(before, 1), round(after, 1)]
+            progress.message(f"--- world size {P} done in {time.monotonic() - t:.0f} s (Python loop {after:.1f} ms)")
+    finally:
+        progress.close()  # an interrupted run leaves no half-drawn status line
     if len(set(hashes.values())) > 1:
         msg = ("WARNING: libgodist.so changed during the run (sha256 per world size: " +
                ", ".join(f"P={p} {h}" for p, h in hashes.items()) + ")")
@@ -264,7 +350,7 @@ def main(argv=None) -> int:
         shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv)))
     meta = {"command": command, "mode": cfg.mode, "when": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
             "wall_s": wall, "exit": code, "header": header, "loadavg_end": "%.2f %.2f %.2f" % machine.loadavg(),
-            "setup": setup, "errors": errors, "python_loop_ms": pyloop}
+            "setup": setup, "errors": errors, "python_loop_ms": pyloop, "backends": cfg.backends}
     paths = report.write_all(rows, meta, out_dir, want_plot=not a.no_plot)
     for e in errors:
         print(e, file=sys.stderr)
@@ -274,5 +360,7 @@ def main(argv=None) -> int:
     for r in bad_status:
         print(f"ERROR: P={r['world_size']} {r['op']} {r['dtype']} {r['backend']}: {r['error']}", file=sys.stderr)
     print(f"wrote {', '.join(paths.values())} in {wall:.0f} s; exit {code}", file=sys.stderr)
-    print("\n".join(report.ratio_table(rows)))
+    if report.has_ratio(rows, meta):
+        print("\n# godist/gloo speed ratio per cell and world size (t_gloo / t_godist; above 1 godist is faster)")
+        print("\n".join(report.ratio_table(rows)))
     return code

@@ -34,6 +34,7 @@ DTYPES = ("float32", "bfloat16", "int64", "float64", "float16", "int32")
 @dataclass
 class Config:
     mode: str = "full"                      # full | quick | smoke (a label)
+    backends: list = field(default_factory=lambda: list(BACKENDS))  # benchmarked, in BACKENDS order
     world_sizes: list = field(default_factory=lambda: [2, 4, 8])
     ops: list = field(default_factory=lambda: list(OPS))
     sizes: list = field(default_factory=list)          # nominal bytes, float32 sweep
@@ -59,6 +60,31 @@ class Config:
     world_timeout_s: float = 1800.0         # one world size, all cells
 
 
+def cell_list(cfg: Config) -> list[tuple[str, str, int]]:
+    """The cells of one world size, in the order they run: (op, dtype,
+    nominal bytes). Each operation's float32 sweep is followed by its dtype
+    spot cells, so one operation's cells come one after the other."""
+    out = []
+    for op in cfg.ops:
+        if op == "barrier":
+            out.append((op, "float32", 0))
+            continue
+        out.extend((op, "float32", s) for s in cfg.sizes)
+        if op in REDUCING:
+            for dt in cfg.spot_dtypes:
+                if dt != "float32":
+                    out.extend((op, dt, s) for s in cfg.spot_sizes)
+    return out
+
+
+def scenario_list(cfg: Config, P: int) -> list[str]:
+    """The scenarios world size P runs after its cells, in order."""
+    sws = cfg.scenario_world_sizes
+    if sws is not None and P not in sws:
+        return []
+    return [s for s in SCENARIOS if s in cfg.scenarios]
+
+
 def geometric_sizes(lo: int, hi: int, step: int) -> list[int]:
     """lo, lo*step, lo*step^2, ... <= hi, and hi itself."""
     out, s = [], max(1, lo)
@@ -82,13 +108,18 @@ def spot_sizes_for(sizes: list[int]) -> list[int]:
 
 
 def parse_bytes(text: str) -> int:
+    """'8', '4K', '4KiB', '1.5M', '2 GB' (binary multiples): bytes. ValueError
+    for anything else."""
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     mult = 1
     for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
         if t.endswith(suffix):
             t, mult = t[:-1], m
             break
-    return int(float(t) * mult)
+    try:
+        return int(float(t) * mult)
+    except (ValueError, OverflowError):
+        raise ValueError(f"not a size: {text!r} (use bytes, or K, M, G suffixes: 8, 4K, 1M)") from None
 
 
 def human_bytes(n: int) -> str:

@@ -1,6 +1,7 @@
 """The benchmark's scenarios, run by every rank after the cells: a DDP
-training step and loops of small all_reduces, godist and gloo side by side
-(``rb`` is the rank's RankBench: its groups, config, timing and rows)."""
+training step and loops of small all_reduces, godist and gloo side by side,
+or the one benchmarked backend alone (``rb`` is the rank's RankBench: its
+groups, backends, config, timing and rows)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import copy
 import resource
 
 from .cells import CellData, Variant
-from .config import BACKENDS
-
 
 def ddp(rb):
     """The DDP step: forward and backward of a stack of Linear layers (about
     25 M float32 parameters in 25 MB buckets by default; --smoke makes it
-    tiny), one DDP model per backend from the same initial weights."""
+    tiny), one DDP model per backend from the same initial weights.
+
+    Both backends' gradients must agree; a backend benchmarked alone is
+    checked against the harness instead: the same model's local gradients
+    averaged over the ranks with an all_reduce on the default group."""
     torch, cfg, P = rb.torch, rb.cfg, rb.P
     nn = torch.nn
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -28,8 +31,9 @@ def ddp(rb):
     base = nn.Sequential(*layers)
     nparams = sum(p.numel() for p in base.parameters())
     models = {b: DDP(copy.deepcopy(base), process_group=rb.groups[b], bucket_cap_mb=cfg.ddp_bucket_mb)
-              for b in BACKENDS}
-    del base
+              for b in rb.backends}
+    if len(rb.backends) > 1:
+        del base
     x = torch.randn(cfg.ddp_batch, cfg.ddp_dim, generator=torch.Generator().manual_seed(1234 + rb.rank))
 
     def stepper(m):
@@ -39,7 +43,7 @@ def ddp(rb):
             m(x).square().mean().backward()
         return step
 
-    variants = [Variant(b, rb.groups[b], stepper(models[b])) for b in BACKENDS]
+    variants = [Variant(b, rb.groups[b], stepper(models[b])) for b in rb.backends]
     # Warm-up, two steps each: DDP builds its buckets on the first step and
     # rebuilds them in the order the gradients came on the second (new
     # bucket tensors, fresh pages); both ran 2-3.5x slower than later ones.
@@ -63,9 +67,14 @@ def ddp(rb):
     per_step = rb.agree([faults[v.backend] // (cfg.ddp_repeats * cfg.ddp_steps) for v in variants],
                         rb.dist.ReduceOp.MAX)
     # Same parameters, same input: both backends must give the same gradients.
+    if len(rb.backends) > 1:
+        ref = [p.grad for p in models["gloo"].module.parameters()]
+    else:
+        ref = _harness_gradients(rb, base, x)
+        del base
     wrong = 0
-    for pa, pb in zip(models["godist"].module.parameters(), models["gloo"].module.parameters()):
-        ga, gb = pa.grad, pb.grad
+    for pa, gb in zip(models[rb.backends[0]].module.parameters(), ref):
+        ga = pa.grad
         tol = 1e-5 * P * (ga.abs() + gb.abs()) + 1e-7 * float(gb.abs().max())
         wrong += int((~((ga - gb).abs() <= tol)).sum())
     variants[0].wrong = wrong
@@ -76,15 +85,29 @@ def ddp(rb):
     rb.emit("ddp_step", "float32", nparams * 4, nparams * 4, nparams, variants, repeats=cfg.ddp_repeats)
     del models
 
+
+def _harness_gradients(rb, model, x):
+    """What DDP's gradients must be: this rank's local gradients of the
+    model on x, averaged over the ranks on the harness's default group."""
+    for p in model.parameters():
+        p.grad = None
+    model(x).square().mean().backward()
+    grads = [p.grad for p in model.parameters()]
+    for g in grads:
+        rb.dist.all_reduce(g)
+        g.div_(rb.P)
+    return grads
+
+
 def infer(rb, async_op: bool = False):
     """1000 all_reduces of 4-64 KiB, one after the other: synchronous
     (infer_loop), or each issued with async_op=True and waited for at
     once (async_loop: the path of code that issues async ops)."""
     torch, dist, cfg = rb.torch, rb.dist, rb.cfg
     sizes = [k * 1024 for k in cfg.infer_kib]
-    bufs = {b: [torch.empty(s // 4, dtype=torch.float32) for s in sizes] for b in BACKENDS}
-    wrong = {b: 0 for b in BACKENDS}
-    for b in BACKENDS:  # correctness, one of each size
+    bufs = {b: [torch.empty(s // 4, dtype=torch.float32) for s in sizes] for b in rb.backends}
+    wrong = {b: 0 for b in rb.backends}
+    for b in rb.backends:  # correctness, one of each size
         for s, t in zip(sizes, bufs[b]):
             d = CellData(torch, "all_reduce", "float32", s, rb.rank, rb.P, rb._base_cache)
             t.copy_(d.buf)  # x_r
@@ -109,7 +132,7 @@ def infer(rb, async_op: bool = False):
             counter[0] += 1
         return one_async if async_op else one
 
-    variants = [Variant(b, rb.groups[b], looper(b)) for b in BACKENDS]
+    variants = [Variant(b, rb.groups[b], looper(b)) for b in rb.backends]
     half = max(1, cfg.infer_iters // 2)
     what = "all_reduce(async_op=True).wait()" if async_op else "all_reduce"
     for v in variants:

@@ -1,8 +1,9 @@
 """What every rank runs: godist and gloo side by side in the same process.
 
 The default group is gloo (the harness: it agrees iteration counts and
-gathers statistics and is never timed); two groups over the same ranks are
-benchmarked, ``new_group(backend="gloo")`` and ``new_group(backend="godist")``.
+gathers statistics and is never timed); one group per benchmarked backend
+over the same ranks is timed, ``new_group(backend="godist")`` and
+``new_group(backend="gloo")`` (``Config.backends``: both by default).
 
 For each cell (operation, dtype, size), on every rank, in lock step:
 
@@ -21,7 +22,12 @@ For each cell (operation, dtype, size), on every rank, in lock step:
    one time-stamped (p50/p95) and the whole block bracketed by
    ``resource.getrusage`` (CPU time per op, every thread of the process);
 4. one all_gather of every rank's numbers; rank 0 turns them into rows (time
-   = median over repeats of the mean over ranks) and sends them to the parent.
+   = median over repeats of the mean over ranks) and sends the cell's rows to
+   the parent, which prints them and keeps the progress display.
+
+Rank 0's messages go to the parent too, and so do the ``godist`` logger's
+records of every rank: the parent prints them, so they do not cut into its
+status line.
 
 A cell's buffers, input pattern and ops are in ``cells.py``; the DDP and
 inference scenarios, which run after the cells, in ``scenarios.py``.
@@ -33,6 +39,7 @@ Nothing here imports torch at module level: the parent sets the environment
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import os
 import resource
@@ -43,7 +50,7 @@ import traceback
 
 from . import scenarios
 from .cells import CellData, Variant
-from .config import BACKENDS, REDUCING, Config, human_bytes
+from .config import REDUCING, Config, cell_list, human_bytes, scenario_list
 
 RS_FALLBACK = "all_reduce+chunk fallback"
 
@@ -84,33 +91,39 @@ class RankBench:
         self.torch, self.dist = torch, dist
         self.rank, self.P, self.cfg, self.q = rank, P, cfg, q
         self._base_cache = {}
-        self.t_start = time.monotonic()
         timeout = datetime.timedelta(seconds=cfg.op_timeout_s)
         t0 = time.perf_counter()
         dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=P, timeout=timeout)
         t1 = time.perf_counter()
+        self.backends = list(cfg.backends)
         self.groups = {}
         setup = {"harness gloo init_process_group": t1 - t0}
         for b in ("gloo", "godist"):
-            t = time.perf_counter()
-            self.groups[b] = dist.new_group(backend=b, timeout=timeout)
-            setup[f"new_group({b})"] = time.perf_counter() - t
-        # Which transport godist picked (the property exists once shared
-        # memory is wired in; before that godist is TCP only).
-        be = self.groups["godist"]
-        try:
-            be = be._get_backend(torch.device("cpu"))
-        except Exception:
-            pass
-        shm = getattr(be, "shared_memory", None)
+            if b in self.backends:
+                t = time.perf_counter()
+                self.groups[b] = dist.new_group(backend=b, timeout=timeout)
+                setup[f"new_group({b})"] = time.perf_counter() - t
+        shm = None
+        if "godist" in self.groups:
+            # Which transport godist picked (the property exists once shared
+            # memory is wired in; before that godist is TCP only).
+            be = self.groups["godist"]
+            try:
+                be = be._get_backend(torch.device("cpu"))
+            except Exception:
+                pass
+            shm = getattr(be, "shared_memory", None)
         v = self.gather(list(setup.values()) + [-1.0 if shm is None else float(bool(shm))])
         flags = {float(x) for x in v[:, -1]}
         self.transport = {frozenset({1.0}): "shm", frozenset({0.0}): "tcp",
                           frozenset({-1.0}): "tcp (no shared_memory property)"}.get(frozenset(flags), "mixed")
         if rank == 0:
             info = {k: float(v[:, i].max()) for i, k in enumerate(setup)}
-            self.send("setup", {"times": info, "godist_transport": self.transport})
-            self.progress(f"godist transport: {self.transport}")
+            if "godist" in self.groups:
+                self.send("setup", {"times": info, "godist_transport": self.transport})
+                self.note(f"godist transport: {self.transport}")
+            else:
+                self.send("setup", {"times": info})
 
     # ----- harness (gloo default group, never timed) ------------------------
     def send(self, kind, payload):
@@ -128,27 +141,12 @@ class RankBench:
         self.dist.all_gather_into_tensor(out, t)
         return out.view(self.P, t.numel())
 
-    def progress(self, msg: str):
+    def note(self, msg: str):
+        """A message for the parent to print (rank 0's only)."""
         if self.rank == 0:
-            el = time.monotonic() - self.t_start
-            print(f"[P={self.P} {int(el) // 60:02d}:{int(el) % 60:02d}] {msg}", file=sys.stderr, flush=True)
+            self.send("note", msg)
 
     # ----- cells --------------------------------------------------------------
-    def cells(self):
-        cfg, out = self.cfg, []
-        for op in cfg.ops:
-            if op == "barrier":
-                out.append((op, "float32", 0))
-            else:
-                out.extend((op, "float32", s) for s in cfg.sizes)
-        for dt in cfg.spot_dtypes:
-            if dt == "float32":
-                continue
-            for op in cfg.ops:
-                if op in REDUCING:
-                    out.extend((op, dt, s) for s in cfg.spot_sizes)
-        return out
-
     def time_block(self, v: Variant):
         dist, perf = self.dist, time.perf_counter
         dist.barrier(group=v.group)
@@ -210,12 +208,13 @@ class RankBench:
     def run_cell(self, op: str, dtype: str, nominal: int):
         dist, P = self.dist, self.P
         data = CellData(self.torch, op, dtype, nominal, self.rank, P, self._base_cache)
-        variants = [Variant(b, self.groups[b], data.fn(dist, self.groups[b])) for b in BACKENDS]
+        variants = [Variant(b, self.groups[b], data.fn(dist, self.groups[b])) for b in self.backends]
         self.check(data, variants)
-        if op == "reduce_scatter_tensor" and variants[1].status == "error":
+        gloo = next((v for v in variants if v.backend == "gloo"), None)
+        if op == "reduce_scatter_tensor" and gloo is not None and gloo.status == "error":
             # gloo without a native reduce_scatter_tensor: report it unsupported
             # and time what users fall back to.
-            variants[1].status = "unsupported"
+            gloo.status = "unsupported"
             fb = Variant("gloo", self.groups["gloo"], data.fn(dist, self.groups["gloo"], fallback=True), RS_FALLBACK)
             self.check(data, [fb])
             variants.append(fb)
@@ -230,7 +229,8 @@ class RankBench:
         del data
 
     def emit(self, op, dtype, nominal, size, count, variants, scale=1.0, extra=None, repeats=None):
-        """Gather every rank's numbers; rank 0 sends one row per variant."""
+        """Gather every rank's numbers; rank 0 sends the parent one row per
+        variant, all in one message."""
         R = repeats or self.cfg.repeats
         vec = []
         for v in variants:
@@ -281,10 +281,7 @@ class RankBench:
             for r in rows:
                 r["godist_speedup"] = ratio
                 r["speedup_vs"] = ref["variant"]
-        for r in rows:
-            self.send("row", r)
-        no = getattr(self, "_cell_no", None)
-        self.progress((f"[{no[0]}/{no[1]}] " if no else "") + _progress_line(rows))
+        self.send("cell", rows)
 
     # ----- driver -----------------------------------------------------------------
     def warm_start(self):
@@ -296,64 +293,59 @@ class RankBench:
         deadline = time.perf_counter() + 2 * self.cfg.target_s
         go = 1
         while go:
-            for b in BACKENDS:
+            for b in self.backends:
                 for _ in range(20):
                     self.dist.all_reduce(t, group=self.groups[b])
             go = self.agree([int(time.perf_counter() < deadline)], self.dist.ReduceOp.MIN)[0]
 
     def run(self):
-        cells = self.cells()
-        self.progress(f"{len(cells)} cells, ops {','.join(self.cfg.ops)}; sizes "
-                      f"{', '.join(human_bytes(s) for s in self.cfg.sizes)}")
+        cells = cell_list(self.cfg)
+        self.note(f"{len(cells)} cells, ops {','.join(self.cfg.ops)}; sizes "
+                  f"{', '.join(human_bytes(s) for s in self.cfg.sizes)}; backends {', '.join(self.backends)}")
         self.warm_start()
-        for i, (op, dtype, nominal) in enumerate(cells):
-            self._cell_no = (i + 1, len(cells))
+        for op, dtype, nominal in cells:
             self.run_cell(op, dtype, nominal)
-        sws = self.cfg.scenario_world_sizes
-        if sws is None or self.P in sws:
-            self._cell_no = None
-            if "ddp" in self.cfg.scenarios:
+        for name in scenario_list(self.cfg, self.P):
+            if name == "ddp":
                 scenarios.ddp(self)
-            if "infer" in self.cfg.scenarios:
+            elif name == "infer":
                 scenarios.infer(self)
-            if "async" in self.cfg.scenarios:
+            elif name == "async":
                 scenarios.infer(self, async_op=True)
         self.dist.barrier()
 
 
-def _fmt_us(us) -> str:
-    if us is None or us != us:
-        return "-"
-    if us >= 1e5:
-        return f"{us / 1e3:.0f} ms"
-    if us >= 1e3:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us:.1f} us"
+class _ToParent(logging.Handler):
+    """Sends the ``godist`` logger's records to the parent, which prints
+    them (configuring this handler before godist loads keeps godist from
+    printing to stderr itself). Records that come once the queue is closed
+    (godist's last words at exit) go to stderr."""
 
+    def __init__(self, rank, q):
+        super().__init__()
+        self.rank, self.q = rank, q
+        self.setFormatter(logging.Formatter("%(asctime)s godist %(levelname)s %(message)s"))
 
-def _progress_line(rows) -> str:
-    r0 = rows[0]
-    size = "" if r0["op"] == "barrier" else " " + human_bytes(r0["size_bytes"])
-    dt = "" if r0["dtype"] == "-" else " " + r0["dtype"]
-    parts = [f"{r0['op']}{dt}{size}:"]
-    for r in rows:
-        name = r["backend"] if r["variant"] == "native" or r["op"] in ("ddp_step", "infer_loop", "async_loop") else \
-            f"{r['backend']}({r['variant']})"
-        if r["status"] != "ok":
-            parts.append(f"{name} {r['status'].upper()}")
-        else:
-            parts.append(f"{name} {_fmt_us(r['time_us'])}")
-        if r.get("wrong"):
-            parts.append(f"WRONG={r['wrong']}")
-    if r0.get("godist_speedup"):
-        parts.append(f"godist/gloo speed x{r0['godist_speedup']:.2f}")
-    return " ".join(parts)
+    def emit(self, record):
+        try:
+            text = self.format(record)
+        except Exception:  # noqa: BLE001 - logging must not fail the rank
+            self.handleError(record)
+            return
+        try:
+            self.q.put(("log", self.rank, text))
+        except Exception:  # noqa: BLE001 - the queue is closed: the rank is exiting
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
 
 
 def rank_main(rank: int, P: int, cfg: Config, store_path: str, q):
     """Entry point of a spawned rank."""
     ok = False
     try:
+        logger = logging.getLogger("godist")
+        logger.addHandler(_ToParent(rank, q))
+        logger.propagate = False
         import torch
 
         torch.set_num_threads(1)
