@@ -161,8 +161,7 @@ class Progress:
             self._items_t0 = None
         self.total -= len(self.pending)
         self.pending = []
-        self.redraw()
-        self.P = self._world_t0 = None
+        self.P = self._world_t0 = None  # no status line until the next world size starts
 
     def item_done(self, rows):
         """One cell or scenario finished, with its rows."""
