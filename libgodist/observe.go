@@ -40,7 +40,8 @@ type OpState struct {
 
 // State returns the group's snapshot.
 func (pg *ProcessGroup) State() State {
-	s := State{Group: pg.cfg.Group, Rank: pg.cfg.Rank, Size: pg.cfg.Size, Offload: pg.Offload(), Issued: pg.seq.Load()}
+	s := State{Group: pg.cfg.Group, Rank: pg.cfg.Rank, Size: pg.cfg.Size, Offload: pg.Offload(), Issued: pg.seq.Load(),
+		Queued: []OpState{}}
 	now := time.Now()
 	if t := pg.lastDone.Load(); t != nil {
 		s.Last = &OpState{Seq: t.w.Seq, Op: t.w.Op}
@@ -94,19 +95,20 @@ func (pg *ProcessGroup) announce(s *backend.Setup, fabric string, off backend.Of
 	local := s.LocalRanks()
 	cpus := int(s.Me().CPUs)
 	if local > cpus {
-		glog.Once("oversubscribed", glog.Warning, "godist: %d ranks of group %q run on this host, which has %d CPUs: "+
-			"ranks wait for each other's cores (expect slower collectives; run fewer ranks per host)", local, pg.cfg.Group, cpus)
+		glog.Once("oversubscribed", glog.Warning, "godist: %d ranks of group %q run on this host, which has %s: "+
+			"ranks wait for each other's cores (expect slower collectives; run fewer ranks per host)", local, pg.cfg.Group, plural(cpus, "CPU"))
 	}
 	if off == nil && local > 1 {
-		why := "GODIST_TRANSPORT=tcp"
+		// Asked for (GODIST_TRANSPORT=tcp): said at INFO, not warned about.
+		level, why := glog.Info, "GODIST_TRANSPORT=tcp"
 		switch {
 		case offloaders == 0:
 		case local < s.Size:
-			why = "the group spans hosts, and shared memory carries only groups whose ranks all share one host"
+			level, why = glog.Warning, "the group spans hosts, and shared memory carries only groups whose ranks all share one host"
 		default:
-			why = "shared memory is not usable here; see `python -m godist info`"
+			level, why = glog.Warning, "shared memory is not usable here; see `python -m godist info`"
 		}
-		glog.Once("tcp-on-host", glog.Warning, "godist: ranks of group %q on one host talk over TCP (%s): "+
+		glog.Once("tcp-on-host", level, "godist: ranks of group %q on one host talk over TCP (%s): "+
 			"slower than shared memory", pg.cfg.Group, why)
 	}
 	if !glog.Enabled(glog.Info) {
@@ -201,6 +203,14 @@ func (t *Tuning) describe(n int, spare bool) string {
 	}
 	return fmt.Sprintf("all_reduce: recursive doubling up to %s, then ring (direct while a chunk is at most %s, "+
 		"pipelined above); broadcast: tree, pipelined above %s", size(t.AllReduceRDMax), size(direct), size(t.BroadcastTreeMin))
+}
+
+// plural writes n things: "1 CPU", "2 CPUs".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // size writes a byte count the short way (64 KiB).
