@@ -21,7 +21,7 @@ import os
 
 import torch.distributed as dist
 
-from . import _lib
+from . import _errors, _lib
 from . import store as _store
 
 stats = {"go": 0, "python": 0}
@@ -51,19 +51,19 @@ def exchange(store, rank: int, size: int, handle: int, timeout: datetime.timedel
     try:
         store.wait(keys, timeout)
     except Exception as e:
-        missing = [r for r, k in enumerate(keys) if not _has(store, k)]
-        raise dist.DistBackendError(
+        try:
+            missing = [r for r, k in enumerate(keys) if not store.check([k])]
+        except Exception as e2:
+            raise dist.DistBackendError(
+                f"godist: rendezvous of group {group!r} (rank {rank} of {size}) failed: the store does not answer "
+                f"({e2}). Is the process that hosts it (MASTER_ADDR/MASTER_PORT, usually rank 0) still running? "
+                f"({e})") from e
+        raise _errors.GodistTimeoutError(
             f"godist: rendezvous of group {group!r} (rank {rank} of {size}) timed out after {timeout}: "
             f"rank(s) {missing} never published their address. Did every rank call init_process_group/new_group "
-            f"with the same arguments? ({e})") from e
+            f"with the same arguments? ({e})", _errors.TIMEOUT, cause="timeout", group=group,
+            missing_ranks=missing, after=timeout.total_seconds()) from e
     records = [store.get(k) for k in keys]
     arr = _lib.bufs([(ctypes.cast(ctypes.c_char_p(r), ctypes.c_void_p).value, len(r)) for r in records])
     lib.pg_connect(handle, arr, size, int(timeout.total_seconds() * 1000))
     del records
-
-
-def _has(store, key) -> bool:
-    try:
-        return store.check([key])
-    except Exception:
-        return False

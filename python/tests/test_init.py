@@ -100,3 +100,45 @@ def test_torchrun(tmp_path):
                           capture_output=True, text=True, timeout=200, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("torchrun-ok") == 4, proc.stdout
+
+
+class _FakeStore:
+    """A store whose wait never succeeds: only this rank's record is there,
+    or (dead) every call after set fails as if its server were gone."""
+
+    def __init__(self, dead):
+        self.data, self.dead = {}, dead
+
+    def add(self, key, n):
+        return n
+
+    def set(self, key, value):
+        self.data[key] = value
+
+    def wait(self, keys, timeout):
+        raise RuntimeError("wait timeout (fake)")
+
+    def check(self, keys):
+        if self.dead:
+            raise RuntimeError("connection reset by peer (fake)")
+        return all(k in self.data for k in keys)
+
+
+def test_rendezvous_failure_names_the_missing_ranks_or_the_store():
+    """A rendezvous that times out names the ranks that never published
+    (not this one) as a GodistTimeoutError with missing_ranks; one whose
+    store stops answering says so instead of blaming every rank."""
+    import datetime
+
+    import godist
+    from godist import GodistProcessGroup
+
+    live = godist.runtime_stats()["handles"]
+    with pytest.raises(godist.GodistTimeoutError) as ei:
+        GodistProcessGroup(_FakeStore(dead=False), 0, 3, datetime.timedelta(seconds=2), group_name="rdv-timeout")
+    assert ei.value.missing_ranks == [1, 2] and ei.value.cause == "timeout" and ei.value.after == 2, ei.value
+    assert "rank(s) [1, 2] never published their address" in str(ei.value)
+    with pytest.raises(dist.DistBackendError, match="the store does not answer") as ei:
+        GodistProcessGroup(_FakeStore(dead=True), 1, 3, datetime.timedelta(seconds=2), group_name="rdv-dead")
+    assert "never published" not in str(ei.value)
+    assert godist.runtime_stats()["handles"] == live, "a failed rendezvous left its group open"
