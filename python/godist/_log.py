@@ -80,9 +80,15 @@ class _Formatter(logging.Formatter):
 
 def setup(lib) -> None:
     """Set the levels and start draining Go's records (once, when the
-    library loads)."""
+    library loads). An invalid GODIST_LOG_LEVEL raises ValueError, after
+    logging is set up at WARNING: the library stays usable, and Go's records
+    are still drained."""
     global _thread, _handler
-    level, _ = level_from_env()
+    try:
+        level, _ = level_from_env()
+        bad = None
+    except ValueError as e:
+        level, bad = logging.WARNING, e
     with _lock:
         if logger.level == logging.NOTSET:
             logger.setLevel(level)
@@ -98,6 +104,8 @@ def setup(lib) -> None:
             _stop.clear()
             _thread = threading.Thread(target=_drain_loop, args=(lib,), name="godist-log", daemon=True)
             _thread.start()
+    if bad is not None:
+        raise bad
 
 
 def set_level(level: int | str) -> None:

@@ -239,3 +239,26 @@ def test_unusable_shm_falls_back_to_tcp_and_says_why(tmp_path):
     assert out.stderr.count("godist WARNING [rank ") == 4, out.stderr
     assert out.stderr.count("shared memory is not usable (") == 2, out.stderr
     assert out.stderr.count("talk over TCP (shared memory is not usable here") == 2, out.stderr
+
+
+def test_invalid_level_raises_once_and_leaves_logging_working():
+    """An invalid GODIST_LOG_LEVEL makes the library's first load raise a
+    clear ValueError; logging is still set up (at WARNING) and Go's records
+    still drained, so nothing is left half done."""
+    script = textwrap.dedent("""
+        import logging
+        import godist
+        from godist import _lib, _log
+        try:
+            _lib.load()
+            print("no error")
+        except ValueError as e:
+            print("raised:", e)
+        lib = _lib.load()
+        print("level", logging.getLogger("godist").getEffectiveLevel(), "draining", _log._thread.is_alive())
+    """)
+    env = dict(os.environ, GODIST_LOG_LEVEL="loud", PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "raised: godist: GODIST_LOG_LEVEL='loud': use DEBUG, INFO, WARNING, ERROR or OFF" in out.stdout, out.stdout
+    assert f"level {logging.WARNING} draining True" in out.stdout, out.stdout
