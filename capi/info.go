@@ -6,7 +6,6 @@ package main
 import "C"
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -70,7 +69,7 @@ func godist_build_info(buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t
 			}
 		}
 	}
-	return putJSON(bi, buf, capacity, outlen, errbuf, errlen)
+	return putJSON(bi, "info", buf, capacity, outlen, errbuf, errlen)
 }
 
 // shmProbe is godist_probe_shm's object.
@@ -136,7 +135,7 @@ func probeShm(dir string) shmProbe {
 //export godist_probe_shm
 func godist_probe_shm(dir *C.char, buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
-	return putJSON(probeShm(goString(dir)), buf, capacity, outlen, errbuf, errlen)
+	return putJSON(probeShm(goString(dir)), "info", buf, capacity, outlen, errbuf, errlen)
 }
 
 // tcpProbe is godist_probe_tcp's object.
@@ -176,23 +175,5 @@ func godist_probe_tcp(bind *C.char, buf unsafe.Pointer, capacity C.int64_t, outl
 	if err := set.Fabric.Close(); err != nil && p.Usable {
 		p.Usable, p.Reason = false, fmt.Sprintf("tcp: closing the probe listener: %v", err)
 	}
-	return putJSON(p, buf, capacity, outlen, errbuf, errlen)
-}
-
-// putJSON writes v as JSON into buf (capacity bytes) and its length into
-// *outlen, or returns statusInvalid with the needed length when it does
-// not fit.
-func putJSON(v any, buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) C.int {
-	js, err := json.Marshal(v)
-	if err != nil {
-		return finish(err, errbuf, errlen)
-	}
-	if outlen != nil {
-		*outlen = C.int64_t(len(js))
-	}
-	if buf == nil || int64(capacity) < int64(len(js)) {
-		return finish(errors.Join(libgodist.ErrInvalid, errors.New("info buffer too small")), errbuf, errlen)
-	}
-	copy(unsafe.Slice((*byte)(buf), len(js)), js)
-	return statusOK
+	return putJSON(p, "info", buf, capacity, outlen, errbuf, errlen)
 }

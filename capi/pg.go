@@ -6,7 +6,6 @@ package main
 import "C"
 
 import (
-	"encoding/json"
 	"errors"
 	"unsafe"
 
@@ -61,14 +60,7 @@ func godist_pg_record(h C.uint64_t, buf unsafe.Pointer, capacity C.int64_t, outl
 	if err != nil {
 		return finish(err, errbuf, errlen)
 	}
-	if outlen != nil {
-		*outlen = C.int64_t(len(rec))
-	}
-	if buf == nil || int64(capacity) < int64(len(rec)) {
-		return finish(errors.Join(libgodist.ErrInvalid, errors.New("record buffer too small")), errbuf, errlen)
-	}
-	copy(unsafe.Slice((*byte)(buf), len(rec)), rec)
-	return statusOK
+	return copyOut(rec, "record", buf, capacity, outlen, errbuf, errlen)
 }
 
 // godist_pg_connect completes the rendezvous with all n records (index =
@@ -153,9 +145,10 @@ func godist_pg_info(h C.uint64_t, sharedMemory *C.int32_t, errbuf *C.char, errle
 	return statusOK
 }
 
-// godist_pg_state writes the group's snapshot (libgodist.State) as JSON into
-// buf (capacity bytes) and its length into *outlen; if capacity is too
-// small it returns statusInvalid with the needed length in *outlen.
+// godist_pg_state writes the group's snapshot (libgodist.State, and its
+// one-line summary) as JSON into buf (capacity bytes) and its length into
+// *outlen; if capacity is too small it returns statusInvalid with the
+// needed length in *outlen.
 //
 //export godist_pg_state
 func godist_pg_state(h C.uint64_t, buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
@@ -164,16 +157,9 @@ func godist_pg_state(h C.uint64_t, buf unsafe.Pointer, capacity C.int64_t, outle
 	if err != nil {
 		return finish(err, errbuf, errlen)
 	}
-	js, err := json.Marshal(pg.State())
-	if err != nil {
-		return finish(err, errbuf, errlen)
-	}
-	if outlen != nil {
-		*outlen = C.int64_t(len(js))
-	}
-	if buf == nil || int64(capacity) < int64(len(js)) {
-		return finish(errors.Join(libgodist.ErrInvalid, errors.New("state buffer too small")), errbuf, errlen)
-	}
-	copy(unsafe.Slice((*byte)(buf), len(js)), js)
-	return statusOK
+	st := pg.State()
+	return putJSON(struct {
+		libgodist.State
+		Summary string `json:"summary"` // the line a signal's dump logs
+	}{st, st.String()}, "state", buf, capacity, outlen, errbuf, errlen)
 }

@@ -6,6 +6,7 @@ package main
 import "C"
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 	"unsafe"
@@ -78,3 +79,26 @@ func goString(s *C.char) string {
 }
 
 func unsafeSlice(p *C.uint64_t, n int) []C.uint64_t { return unsafe.Slice(p, n) }
+
+// copyOut writes data into the caller's buf (capacity bytes) and its
+// length into *outlen, or returns statusInvalid with the needed length in
+// *outlen when it does not fit (what names the buffer in the message).
+func copyOut(data []byte, what string, buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) C.int {
+	if outlen != nil {
+		*outlen = C.int64_t(len(data))
+	}
+	if buf == nil || int64(capacity) < int64(len(data)) {
+		return finish(fmt.Errorf("%w: %s buffer too small: %d bytes needed", libgodist.ErrInvalid, what, len(data)), errbuf, errlen)
+	}
+	copy(unsafe.Slice((*byte)(buf), len(data)), data)
+	return statusOK
+}
+
+// putJSON is copyOut of v as JSON.
+func putJSON(v any, what string, buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) C.int {
+	js, err := json.Marshal(v)
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	return copyOut(js, what, buf, capacity, outlen, errbuf, errlen)
+}

@@ -329,3 +329,18 @@ def bufs(pairs):
     """A C array of godist_buf from (pointer, nbytes) pairs, for the
     functions that take one (godist_pg_connect)."""
     return (GodistBuf * max(1, len(pairs)))(*pairs)
+
+
+def read_bytes(fn, *args, size: int = 4096) -> bytes:
+    """What a function that fills a caller's buffer returns (its last
+    arguments: buffer, capacity, *length; capi's copyOut): called again with
+    a buffer of the needed length when the first was too small."""
+    buf, n = ctypes.create_string_buffer(size), c_int64()
+    try:
+        fn(*args, buf, len(buf), ctypes.byref(n))
+    except ValueError:
+        if n.value <= len(buf):
+            raise
+        buf = ctypes.create_string_buffer(n.value)
+        fn(*args, buf, len(buf), ctypes.byref(n))
+    return buf.raw[: n.value]

@@ -38,14 +38,7 @@ def exchange(store, rank: int, size: int, handle: int, timeout: datetime.timedel
         return
     stats["python"] += 1
     gen = (store.add("godist/generation", 1) - 1) // size
-    need = ctypes.c_int64(0)
-    buf = ctypes.create_string_buffer(4096)
-    try:
-        lib.pg_record(handle, buf, len(buf), ctypes.byref(need))
-    except ValueError:
-        buf = ctypes.create_string_buffer(need.value)
-        lib.pg_record(handle, buf, len(buf), ctypes.byref(need))
-    record = buf.raw[: need.value]
+    record = _lib.read_bytes(lib.pg_record, handle)
     keys = [f"godist/{gen}/{r}" for r in range(size)]
     store.set(keys[rank], record)
     try:

@@ -281,15 +281,9 @@ def _libraries() -> tuple[dict, dict]:
 def _json_call(fn, *args) -> dict:
     """The JSON object a function of capi/info.go writes; its empty strings
     become None."""
-    buf, n = ctypes.create_string_buffer(4096), ctypes.c_int64()
-    try:
-        fn(*args, buf, len(buf), ctypes.byref(n))
-    except ValueError:
-        if n.value <= len(buf):
-            raise
-        buf = ctypes.create_string_buffer(n.value)
-        fn(*args, buf, len(buf), ctypes.byref(n))
-    return {k: None if v == "" else v for k, v in json.loads(buf.raw[: n.value]).items()}
+    from . import _lib
+
+    return {k: None if v == "" else v for k, v in json.loads(_lib.read_bytes(fn, *args)).items()}
 
 
 def _library() -> tuple[dict, object]:
@@ -301,8 +295,8 @@ def _library() -> tuple[dict, object]:
         try:
             lib = _lib.load()
         except ValueError:
-            # The library loaded, but logging refused GODIST_LOG_LEVEL (the
-            # settings section reports it): the loaded table is kept.
+            # The library loaded and logging is set up at WARNING, but
+            # GODIST_LOG_LEVEL is invalid (the settings section reports it).
             lib = _lib.load()
         out["build"] = _json_call(lib.build_info)
     except (ImportError, OSError, AttributeError) as e:

@@ -474,32 +474,10 @@ def dump_state(group: dist.ProcessGroup | None = None) -> list[dict]:
         if g._closed:
             continue
         lib = _lib.load()
-        need = ctypes.c_int64()
-        buf = ctypes.create_string_buffer(1 << 14)
-        try:
-            lib.pg_state(g._h, buf, len(buf), ctypes.byref(need))
-        except ValueError:
-            buf = ctypes.create_string_buffer(need.value)
-            lib.pg_state(g._h, buf, len(buf), ctypes.byref(need))
-        state = json.loads(buf.raw[: need.value])
+        state = json.loads(_lib.read_bytes(lib.pg_state, g._h, size=1 << 14))
         out.append(state)
-        _log.log(logging.WARNING, "%s", _describe_state(state))
+        _log.log(logging.WARNING, "%s", state["summary"])
     return out
-
-
-def _describe_state(s: dict) -> str:
-    def op(o):
-        return f"{o['op']} seq {o['seq']}" if o else "none"
-
-    text = (f"godist: group {s['group']!r} rank {s['rank']} of {s['size']}: issued up to seq {s['issued']}; "
-            f"last completed: {op(s['last_completed'])}; running: {op(s['running'])}")
-    if s["running"]:
-        text += f" for {s['running'].get('for_ms', 0):.1f} ms"
-    if s["queued"]:
-        text += "; queued: " + ", ".join(op(q) for q in s["queued"])
-    if s.get("broken"):
-        text += f"; broken: {s['broken']}"
-    return text
 
 
 _SIGNALS_ASKED = set()
