@@ -115,7 +115,8 @@ def allreduce(pg, tensors, opts):
         t = tensors[0]
         dt = _DTYPES.get(t.dtype) if isinstance(t, _Tensor) and t.layout is _STRIDED and t.is_cpu \
             and t.is_contiguous() else None
-        code = _op_code(opts.reduceOp)
+        rop = opts.reduceOp
+        code = hash(rop) if _HASH_IS_CODE else 0 if rop == _SUM else rop.op.value  # _op_code, inline
         if dt is not None and code in _SIMPLE:
             flags = ASYNC if opts.asyncOp else 0
             ms = _TIMEOUTS.get(opts.timeout)
