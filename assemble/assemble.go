@@ -8,6 +8,7 @@ package assemble
 import (
 	"fmt"
 
+	"github.com/godist/godist/backends/nccl"
 	"github.com/godist/godist/backends/shm"
 	"github.com/godist/godist/backends/tcp"
 	"github.com/godist/godist/libgodist/backend"
@@ -27,7 +28,7 @@ type Options struct {
 
 // Backends returns the backends of a group created with o.
 func Backends(o Options) (backend.Set, error) {
-	set := backend.Set{Fabric: tcp.NewFabric(o.BindHost)}
+	set := backend.Set{Fabric: tcp.NewFabric(o.BindHost), Accelerator: nccl.Accelerator{}}
 	switch o.Transport {
 	case TransportAuto, "auto":
 		set.Offloaders = append(set.Offloaders, shm.NewOffloader())

@@ -12,7 +12,7 @@ import (
 
 // abiVersion is bumped on any incompatible change to the exported functions.
 // python/godist/_lib.py refuses to load a library with another version.
-const abiVersion = 8
+const abiVersion = 9
 
 //export godist_abi_version
 func godist_abi_version() C.int32_t { return abiVersion }
@@ -34,11 +34,12 @@ func abiLayout() []int64 {
 		int64(unsafe.Offsetof(c.out)), int64(unsafe.Offsetof(c.ins)), int64(unsafe.Offsetof(c.outs)),
 		int64(unsafe.Offsetof(c.nins)), int64(unsafe.Offsetof(c.nouts)), int64(unsafe.Offsetof(c.work)),
 		int64(unsafe.Offsetof(c.source)), int64(unsafe.Offsetof(c.errlen)), int64(unsafe.Offsetof(c.errbuf)),
+		int64(unsafe.Offsetof(c.stream)), int64(unsafe.Offsetof(c.device)), int64(unsafe.Offsetof(c.op_code)),
 		int64(unsafe.Sizeof(e)), int64(unsafe.Offsetof(e.status)), int64(unsafe.Offsetof(e.cause)),
 		int64(unsafe.Offsetof(e.seq)), int64(unsafe.Offsetof(e.peer)), int64(unsafe.Offsetof(e.nmissing)),
 		int64(unsafe.Offsetof(e.after_ms)), int64(unsafe.Offsetof(e.missing)), int64(unsafe.Offsetof(e.op)),
 		int64(unsafe.Offsetof(e.group)), int64(len(e.missing)), int64(len(e.op)), int64(len(e.group)),
-		numCauses, C.GODIST_ASYNC,
+		numCauses, C.GODIST_ASYNC, C.GODIST_CUDA,
 	}
 }
 

@@ -11,7 +11,8 @@
 // synchronous: it may run on the caller's thread, and if it completes
 // during the call the call returns its outcome and no work handle.
 #define GODIST_ASYNC 1  // the caller waits later: a work handle, pushed to godist_wait_any once watched
-#define GODIST_FLAGS 1  // every flag defined
+#define GODIST_CUDA 2   // the buffers are CUDA memory on device: enqueued on stream (capi/device.go)
+#define GODIST_FLAGS 3  // every flag defined
 
 // godist_buf describes caller-owned memory (usually a tensor's storage):
 // data may be NULL only when nbytes is 0.
@@ -54,7 +55,22 @@ typedef struct godist_op {
 	int32_t source;          // out (godist_work_wait): a receive's sender, -1 for other ops
 	int32_t errlen;          // the error buffer's size
 	char *errbuf;            // the error buffer (godist_error, then the message)
+	uint64_t stream;         // GODIST_CUDA: the caller's current CUDA stream (cudaStream_t)
+	int32_t device;          // GODIST_CUDA: the CUDA device ordinal of the buffers
+	int32_t op_code;         // godist_device_batch: the block's op (GODIST_OP_*)
 } godist_op;
+
+// godist_op.op_code values.
+#define GODIST_OP_ALLREDUCE 0
+#define GODIST_OP_BROADCAST 1
+#define GODIST_OP_REDUCE 2
+#define GODIST_OP_ALLGATHER 3
+#define GODIST_OP_GATHER 4
+#define GODIST_OP_REDUCE_SCATTER 5
+#define GODIST_OP_SCATTER 6
+#define GODIST_OP_ALLTOALL 7
+#define GODIST_OP_SEND 8
+#define GODIST_OP_RECV 9
 
 // godist_error is the start of the error buffer (errbuf, errlen) that every
 // exported function takes: on failure Go fills it in and writes the

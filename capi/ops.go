@@ -24,9 +24,10 @@ import (
 // opFunc is an op's body: the group, the block, and the per-call options.
 type opFunc func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error)
 
-// runOp runs f on the block's group and stores the outcome. A NULL block
+// runOp runs f on the block's group and stores the outcome; with
+// GODIST_CUDA it runs the device op name instead (device.go). A NULL block
 // gets statusInvalid, with nowhere to put a message.
-func runOp(c *C.godist_op, f opFunc) (rc C.int) {
+func runOp(c *C.godist_op, name string, f opFunc) (rc C.int) {
 	if c == nil {
 		return statusInvalid
 	}
@@ -36,6 +37,9 @@ func runOp(c *C.godist_op, f opFunc) (rc C.int) {
 	pg, err := group(c.pg, c.flags)
 	if err != nil {
 		return finish(err, errbuf, errlen)
+	}
+	if c.flags&C.GODIST_CUDA != 0 {
+		return runDevice(pg, c, name)
 	}
 	w, err := f(pg, c, opts(c.timeout_ms, c.flags))
 	return submitted(w, err, c.flags, &c.work, errbuf, errlen)
@@ -119,7 +123,7 @@ func parts(b []byte, n int, op, what string) ([][]byte, error) {
 
 //export godist_allreduce
 func godist_allreduce(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "allreduce", func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
 		b, err := buf(c)
 		if err != nil {
 			return nil, err
@@ -130,7 +134,7 @@ func godist_allreduce(c *C.godist_op) C.int {
 
 //export godist_broadcast
 func godist_broadcast(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "broadcast", func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
 		b, err := buf(c)
 		if err != nil {
 			return nil, err
@@ -141,7 +145,7 @@ func godist_broadcast(c *C.godist_op) C.int {
 
 //export godist_reduce
 func godist_reduce(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "reduce", func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
 		b, err := buf(c)
 		if err != nil {
 			return nil, err
@@ -155,7 +159,7 @@ func godist_reduce(c *C.godist_op) C.int {
 //
 //export godist_allgather
 func godist_allgather(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "allgather", func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
 		in, err := buf(c)
 		if err != nil {
 			return nil, err
@@ -172,7 +176,7 @@ func godist_allgather(c *C.godist_op) C.int {
 //
 //export godist_gather
 func godist_gather(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "gather", func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
 		in, err := buf(c)
 		if err != nil {
 			return nil, err
@@ -190,7 +194,7 @@ func godist_gather(c *C.godist_op) C.int {
 //
 //export godist_reduce_scatter
 func godist_reduce_scatter(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "reduce_scatter", func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
 		res, err := out(c)
 		if err != nil {
 			return nil, err
@@ -207,7 +211,7 @@ func godist_reduce_scatter(c *C.godist_op) C.int {
 //
 //export godist_scatter
 func godist_scatter(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "scatter", func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
 		res, err := out(c)
 		if err != nil {
 			return nil, err
@@ -226,7 +230,7 @@ func godist_scatter(c *C.godist_op) C.int {
 //
 //export godist_alltoall
 func godist_alltoall(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "alltoall", func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
 		ins, err := perRank(pg, c.ins, c.nins, &c.buf, "alltoall", "input")
 		if err != nil {
 			return nil, err
@@ -241,7 +245,7 @@ func godist_alltoall(c *C.godist_op) C.int {
 
 //export godist_barrier
 func godist_barrier(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, _ *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "barrier", func(pg *libgodist.ProcessGroup, _ *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
 		return pg.Barrier(o)
 	})
 }
@@ -251,14 +255,14 @@ func godist_barrier(c *C.godist_op) C.int {
 //
 //export godist_monitored_barrier
 func godist_monitored_barrier(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, c *C.godist_op, _ libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "monitored_barrier", func(pg *libgodist.ProcessGroup, c *C.godist_op, _ libgodist.Opts) (*libgodist.Work, error) {
 		return pg.MonitoredBarrier(millis(c.timeout_ms), c.wait_all != 0)
 	})
 }
 
 //export godist_send
 func godist_send(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "send", func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
 		b, err := buf(c)
 		if err != nil {
 			return nil, err
@@ -271,7 +275,7 @@ func godist_send(c *C.godist_op) C.int {
 //
 //export godist_recv
 func godist_recv(c *C.godist_op) C.int {
-	return runOp(c, func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
+	return runOp(c, "recv", func(pg *libgodist.ProcessGroup, c *C.godist_op, o libgodist.Opts) (*libgodist.Work, error) {
 		b, err := buf(c)
 		if err != nil {
 			return nil, err

@@ -65,6 +65,8 @@ type ProcessGroup struct {
 	closed    bool                 // guarded by mu
 	farewells map[int]farewellNote // peers' farewells read so far; guarded by mu
 
+	dev *devicePath // device memory (CUDA tensors); nil for groups made without backends
+
 	closeOnce sync.Once
 	queries   atomic.Uint64
 }
@@ -218,6 +220,7 @@ func (pg *ProcessGroup) shutdown(abortErr error) {
 		pg.closed = true
 		tr, rdv, off := pg.tr, pg.rdv, pg.offload
 		pg.mu.Unlock()
+		pg.closeDevice(abortErr)
 		if abortErr != nil && tr != nil {
 			tr.Abort(abortErr)
 		}

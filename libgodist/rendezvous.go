@@ -45,7 +45,11 @@ func New(cfg Config, set backend.Set) (*ProcessGroup, error) {
 		return nil, err
 	}
 	if cfg.Size == 1 {
-		return NewWithTransport(cfg, transport.NewMemNetwork(1).Transport(0))
+		pg, err := NewWithTransport(cfg, transport.NewMemNetwork(1).Transport(0))
+		if err == nil {
+			pg.attachDevice(set.Accelerator)
+		}
+		return pg, err
 	}
 	if set.Fabric == nil {
 		return nil, invalidf("group %q has no fabric to connect its ranks", cfg.Group)
@@ -73,6 +77,7 @@ func New(cfg Config, set backend.Set) (*ProcessGroup, error) {
 	rdv.record = rec
 	pg := newPG(cfg)
 	pg.rdv = rdv
+	pg.attachDevice(set.Accelerator)
 	return pg, nil
 }
 

@@ -22,6 +22,8 @@ import (
 type Set struct {
 	Fabric     Fabric
 	Offloaders []Offloader // tried in order; the first that joins carries the collectives
+	// Accelerator carries collectives on device memory; nil for none.
+	Accelerator Accelerator
 }
 
 // Fabric connects every rank of a group to every other.

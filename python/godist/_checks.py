@@ -113,3 +113,20 @@ def rows(op: str, name: str, t: torch.Tensor, splits, n: int):
         pairs.append(((base + off) if base is not None and nb else None, nb))
         off += nb
     return pairs
+
+
+def single_any(op: str, name: str, ts):
+    """The one element of a one-element list, of any device (the device
+    paths check it)."""
+    if not isinstance(ts, (list, tuple)) or len(ts) != 1:
+        raise ValueError(f"godist: {op}: {name} must be a list holding one tensor")
+    return ts[0]
+
+
+def list_any(op: str, name: str, ts, length: int | None = None) -> list:
+    """A list of length elements (if given), of any device."""
+    if not isinstance(ts, (list, tuple)):
+        raise TypeError(f"godist: {op}: {name} must be a list of tensors, got {type(ts).__name__}")
+    if length is not None and len(ts) != length:
+        raise ValueError(f"godist: {op}: {name} must have {length} tensor(s), got {len(ts)}")
+    return list(ts)

@@ -20,10 +20,16 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint6
 
 from . import _errors, _log
 
-ABI_VERSION = 8
+ABI_VERSION = 9
 # GODIST_ASYNC (capi/godist.h): an asynchronous op, whose handle Go pushes
 # to the completion queue once watched. Without it an op is synchronous.
 ASYNC = 1
+# GODIST_CUDA: the op's buffers are CUDA memory on GodistOp.device, enqueued
+# on GodistOp.stream (capi/device.go).
+CUDA = 2
+# GODIST_OP_* (capi/godist.h): an op block's op_code for godist_device_batch.
+OP_CODES = {name: i for i, name in enumerate(("allreduce", "broadcast", "reduce", "allgather", "gather",
+                                               "reduce_scatter", "scatter", "alltoall", "send", "recv"))}
 MESSAGE_LEN = 4096
 
 
@@ -41,7 +47,7 @@ class GodistOp(ctypes.Structure):
                 ("reduce_op", c_int32), ("root", c_int32), ("peer", c_int32), ("wait_all", c_int32), ("tag", c_int64),
                 ("factor", c_double), ("out", GodistBuf), ("ins", POINTER(GodistBuf)), ("outs", POINTER(GodistBuf)),
                 ("nins", c_int32), ("nouts", c_int32), ("work", c_uint64), ("source", c_int32), ("errlen", c_int32),
-                ("errbuf", c_void_p)]
+                ("errbuf", c_void_p), ("stream", c_uint64), ("device", c_int32), ("op_code", c_int32)]
 
 
 class ErrorBuf(ctypes.Structure):
@@ -62,7 +68,7 @@ def _layout() -> list[int]:
     out += [getattr(GodistOp, name).offset for name, _ in GodistOp._fields_]
     out.append(ErrorBuf.message.offset)  # sizeof(godist_error)
     out += [getattr(ErrorBuf, name).offset for name, _ in ErrorBuf._fields_[:-1]]
-    out += [64, 32, 128, len(_errors.CAUSES), ASYNC]
+    out += [64, 32, 128, len(_errors.CAUSES), ASYNC, CUDA]
     return out
 
 
@@ -110,6 +116,13 @@ _DECLS = {
     **{"godist_" + op: (c_int, [c_void_p]) for op in (
         "allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "scatter", "alltoall", "barrier",
         "monitored_barrier", "send", "recv")},
+    # the device path (capi/device.go; used by godist/_nccl.py)
+    "godist_device_order": (c_int, [c_void_p]),
+    "godist_device_batch": (c_int, [c_void_p, c_int32]),
+    "godist_device_id": (c_int, [c_uint64, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
+    "godist_device_open": (c_int, [c_uint64, c_int32, c_int32, c_char_p, c_int64] + _ERR),
+    "godist_device_has": (c_int32, [c_uint64, c_int32]),
+    "godist_nccl_info": (c_int, [c_void_p, c_int64, POINTER(c_int64)] + _ERR),
     # works (capi/work.go)
     "godist_work_wait": (c_int, [c_void_p]),
     "godist_work_free": (c_int, [c_uint64]),

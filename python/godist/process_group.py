@@ -29,6 +29,26 @@ from ._args import _async, _desc, _Outputs
 from .work import combine, submit
 
 _live = weakref.WeakSet()
+
+
+def _on_cuda(x) -> bool:
+    """Whether an op's first tensor (x, or the first of a list of lists) is a
+    CUDA tensor: the op then goes to the group's device path."""
+    while isinstance(x, (list, tuple)):
+        if not x:
+            return False
+        x = x[0]
+    return isinstance(x, torch.Tensor) and x.is_cuda
+
+
+def cuda_mode() -> str:
+    """GODIST_CUDA: "auto" (NCCL when it loads and sees a GPU, else staged),
+    "nccl" or "staged" (CUDA tensors through pinned host memory over godist's
+    CPU transports)."""
+    v = os.environ.get("GODIST_CUDA", "auto").strip().lower() or "auto"
+    if v not in ("auto", "nccl", "staged"):
+        raise ValueError(f"godist: GODIST_CUDA={v!r}: use 'auto', 'nccl' or 'staged'")
+    return v
 _live_lock = threading.Lock()
 
 
@@ -43,6 +63,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         self._name = group_name or "godist"
         self._seq = 0
         self._coalesced = None
+        self._coalescing_cuda = False
+        self._dev = None
         self._closed = False
         self._close_lock = threading.Lock()
         lib = _lib.load()
@@ -92,7 +114,35 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     @property
     def supports_coalescing(self) -> bool:
-        return False
+        # batch_isend_irecv and _coalescing_manager then bracket their ops
+        # with _start_coalescing/_end_coalescing: on CUDA tensors the ops go
+        # to NCCL as one group (a send and a receive between two ranks
+        # must, or they can wait on each other).
+        return True
+
+    def _device_path(self):
+        """The path CUDA tensors take (GODIST_CUDA), made on first use."""
+        d = self._dev
+        if d is None:
+            mode = cuda_mode()
+            if mode == "auto":
+                from ._nccl import nccl_info
+
+                info = nccl_info()
+                mode = "nccl" if info.get("available") and info.get("devices", 0) > 0 else "staged"
+                if mode == "staged":
+                    _log.log(logging.WARNING, "godist: CUDA tensors go through pinned host memory (NCCL: %s)",
+                             info.get("reason") or info.get("devices_error") or "no device")
+            if mode == "nccl":
+                from ._nccl import NcclPath
+
+                d = NcclPath(self)
+            else:
+                from ._staged import StagedPath
+
+                d = StagedPath(self)
+            self._dev = d
+        return d
 
     def _get_sequence_number_for_group(self) -> int:
         seq = ctypes.c_uint64()
@@ -123,15 +173,33 @@ class GodistProcessGroup(dist.ProcessGroup):
         if self._coalesced is not None:
             raise RuntimeError("godist: _start_coalescing called while already coalescing")
         self._coalesced = []
+        dev = torch.device(device) if device is not None else None
+        self._coalescing_cuda = dev is not None and dev.type == "cuda"
+        if self._coalescing_cuda:
+            d = self._device_path()
+            if hasattr(d, "start_batch"):
+                d.start_batch(dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device()))
 
     def _end_coalescing(self, device=None):
         works, self._coalesced = self._coalesced, None
         if works is None:
             raise RuntimeError("godist: _end_coalescing called without _start_coalescing")
+        if self._coalescing_cuda:
+            self._coalescing_cuda = False
+            d = self._device_path()
+            if hasattr(d, "end_batch"):
+                w = d.end_batch()
+                return w if w is not None else combine("coalesced", [])
         return combine("coalesced", works)
 
     start_coalescing = _start_coalescing
     end_coalescing = _end_coalescing
+
+    def _dev_active(self) -> bool:
+        """Whether this group has a device communicator: its barrier then
+        runs on the device, as torch's nccl backend's does."""
+        lib = _lib.load()
+        return bool(lib.device_has(self._h, -1))
 
     # ----- lifecycle ----------------------------------------------------
     def _close(self):
@@ -194,6 +262,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         w = _fast.allreduce(self, tensors, opts)
         if w is not None:
             return w
+        if _on_cuda(tensors):
+            return self._device_path().allreduce(tensors, opts)
         op = "allreduce"
         t = _checks.single(op, "tensors", tensors)
         red = self._reduction(op, "tensor", t, opts)
@@ -203,6 +273,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._submit(op, [t], calls, outs, keep=buf, async_op=_async(opts))
 
     def allreduce_coalesced(self, tensors, opts=None):
+        if _on_cuda(tensors):
+            return self._device_path().allreduce_coalesced(tensors, opts)
         op = "allreduce_coalesced"
         ts = _checks.tensor_list(op, "tensors", tensors)
         outs = _Outputs()
@@ -218,6 +290,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         w = _fast.broadcast(self, tensors, opts)
         if w is not None:
             return w
+        if _on_cuda(tensors):
+            return self._device_path().broadcast(tensors, opts)
         op = "broadcast"
         t = _checks.single(op, "tensors", tensors)
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._size)
@@ -229,6 +303,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._submit(op, [t], calls, outs, keep=buf, async_op=_async(opts))
 
     def reduce(self, tensors, opts=None):
+        if _on_cuda(tensors):
+            return self._device_path().reduce(tensors, opts)
         op = "reduce"
         t = _checks.single(op, "tensors", tensors)
         red = self._reduction(op, "tensor", t, opts)
@@ -239,6 +315,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._submit(op, [t], calls, outs, keep=buf, async_op=_async(opts))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
+        if _on_cuda(input_tensors):
+            return self._device_path().allgather(output_tensors, input_tensors, opts)
         op = "allgather"
         inp = _checks.single(op, "input_tensors", input_tensors).contiguous()
         if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != 1:
@@ -251,6 +329,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._submit(op, output_tensors, calls, outs, keep=(inp, bufs), async_op=_async(opts))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
+        if _on_cuda(input_list):
+            return self._device_path().allgather_coalesced(output_lists, input_list, opts)
         op = "allgather_coalesced"
         ins = [t.contiguous() for t in _checks.tensor_list(op, "input_list", input_list)]
         if not isinstance(output_lists, (list, tuple)) or len(output_lists) != self._size:
@@ -283,11 +363,15 @@ class GodistProcessGroup(dist.ProcessGroup):
         w = _fast.all_gather_single(self, output, input, opts)
         if w is not None:
             return w
+        if _on_cuda(input):
+            return self._device_path().all_gather_single(output, input, opts)
         outs = _Outputs()
         call, keep = self._gather_into("all_gather_into_tensor", output, input, opts, outs)
         return self._submit("all_gather_into_tensor", [output], [call], outs, keep=keep, async_op=_async(opts))
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        if _on_cuda(inputs):
+            return self._device_path().all_gather_single_coalesced(outputs, inputs, opts)
         op = "all_gather_into_tensor_coalesced"
         outputs = _checks.tensor_list(op, "outputs", outputs)
         inputs = _checks.tensor_list(op, "inputs", inputs, len(outputs))
@@ -296,6 +380,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._submit(op, outputs, list(calls), outs, keep=keep, async_op=_async(opts))
 
     def gather(self, output_tensors, input_tensors, opts=None):
+        if _on_cuda(input_tensors):
+            return self._device_path().gather(output_tensors, input_tensors, opts)
         op = "gather"
         inp = _checks.single(op, "input_tensors", input_tensors).contiguous()
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._size)
@@ -313,6 +399,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._submit(op, output_tensors, calls, outs, keep=(inp, bufs), async_op=_async(opts))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
+        if _on_cuda(output_tensors):
+            return self._device_path().scatter(output_tensors, input_tensors, opts)
         op = "scatter"
         out = _checks.single(op, "output_tensors", output_tensors)
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._size)
@@ -330,6 +418,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._submit(op, output_tensors, calls, outs, keep=(obuf, lst), async_op=_async(opts))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        if _on_cuda(output_tensors):
+            return self._device_path().reduce_scatter(output_tensors, input_tensors, opts)
         op = "reduce_scatter"
         out = _checks.single(op, "output_tensors", output_tensors)
         red = self._reduction(op, "output", out, opts)
@@ -359,11 +449,15 @@ class GodistProcessGroup(dist.ProcessGroup):
         w = _fast.reduce_scatter_single(self, output, input, opts)
         if w is not None:
             return w
+        if _on_cuda(output):
+            return self._device_path().reduce_scatter_single(output, input, opts)
         outs = _Outputs()
         call, keep = self._scatter_from("reduce_scatter_tensor", output, input, opts, outs)
         return self._submit("reduce_scatter_tensor", [output], [call], outs, keep=keep, async_op=_async(opts))
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        if _on_cuda(outputs):
+            return self._device_path().reduce_scatter_single_coalesced(outputs, inputs, opts)
         op = "reduce_scatter_tensor_coalesced"
         outputs = _checks.tensor_list(op, "outputs", outputs)
         inputs = _checks.tensor_list(op, "inputs", inputs, len(outputs))
@@ -372,6 +466,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._submit(op, outputs, list(calls), outs, keep=keep, async_op=_async(opts))
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
+        if _on_cuda(input_tensors):
+            return self._device_path().alltoall(output_tensors, input_tensors, opts)
         op = "alltoall"
         ins = [t.contiguous() for t in _checks.tensor_list(op, "input_tensors", input_tensors, self._size)]
         outl = _checks.tensor_list(op, "output_tensors", output_tensors, self._size)
@@ -387,6 +483,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         w = _fast.all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts)
         if w is not None:
             return w
+        if _on_cuda(input):
+            return self._device_path().all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
         op = "all_to_all_single"
         out = _checks.tensor(op, "output", output)
         inp = _checks.tensor(op, "input", input).contiguous()
@@ -400,6 +498,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         return self._submit(op, [output], calls, outs, keep=(inp, obuf), async_op=_async(opts))
 
     def barrier(self, opts=None):
+        if self._dev is not None and hasattr(self._dev, "barrier") and self._dev_active():
+            return self._dev.barrier(opts)
         w = _fast.barrier(self, opts)
         if w is not None:
             return w
@@ -418,6 +518,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         w = _fast.send(self, tensors, dstRank, tag)
         if w is not None:
             return w
+        if _on_cuda(tensors):
+            return self._device_path().send(tensors, dstRank, tag)
         op = "send"
         t = _checks.single(op, "tensors", tensors).contiguous()
         dst = _checks.rank(op, "destination rank", dstRank, self._size)
@@ -429,12 +531,16 @@ class GodistProcessGroup(dist.ProcessGroup):
         w = _fast.recv(self, tensors, srcRank, tag)
         if w is not None:
             return w
+        if _on_cuda(tensors):
+            return self._device_path().recv(tensors, srcRank, tag)
         op = "recv"
         t = _checks.single(op, "tensors", tensors)
         src = _checks.rank(op, "source rank", srcRank, self._size)
         return self._recv(op, t, src, tag)
 
     def recv_anysource(self, tensors, tag=0):
+        if _on_cuda(tensors):
+            return self._device_path().recv_anysource(tensors, tag)
         t = _checks.single("recv", "tensors", tensors)
         return self._recv("recv", t, -1, tag)
 

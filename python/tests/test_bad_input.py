@@ -143,7 +143,7 @@ def op_block_worker(rank, n, init_file):
             problems.append(f"{op} {fields[3:]}: rc {rc}, message {msg!r} (want {text!r})")
     if raw.barrier(None) != _errors.INVALID or raw.work_wait(None) != _errors.INVALID:
         problems.append("NULL block accepted")
-    for flags in (-1, 2, 1 << 30):  # only GODIST_ASYNC (1) is defined
+    for flags in (-1, 4, 1 << 30):  # only GODIST_ASYNC (1) and GODIST_CUDA (2) are defined
         fill(view, 0, h, t.data_ptr(), t.nbytes, 0, flags, 0, 0, 0, 0)
         rc = raw.broadcast(addr)
         msg = eb.message.decode()
