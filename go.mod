@@ -3,6 +3,7 @@ module github.com/godist/godist
 go 1.26
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.3-0
 	github.com/google/flatbuffers v25.12.19+incompatible
 	github.com/stretchr/testify v1.11.1
 )
