@@ -1,11 +1,13 @@
 """Builds the Go library (libgodist.so) into the package at install time.
 
 ``pip install .`` and ``pip install -e .`` both run ``go build
--buildmode=c-shared ./capi``; only a Go toolchain is needed. ``pip wheel .``
+-buildmode=c-shared ./capi`` and build ``godist/bin/godist-gpuinfo`` (the
+GPU report of ``godist info``, a program of its own so that NVML's bindings
+stay out of the library); only a Go toolchain is needed. ``pip wheel .``
 builds a wheel that installs without Go: its tag is ``py3-none-<platform>``
 (the library is loaded with ctypes, so one wheel serves every Python 3), and
 on Linux the platform is the ``manylinux_X_Y`` tag that the glibc symbol
-versions the built library needs allow (docs/install.md).
+versions the built library and program need allow (docs/install.md).
 """
 
 import os
@@ -45,13 +47,23 @@ def find_go() -> str:
     return go
 
 
+# The native files the package ships, relative to its directory.
+GPUINFO = os.path.join("bin", "godist-gpuinfo")
+NATIVE = ["libgodist.so", GPUINFO]
+
+
 def build_library(dest_dir: str) -> None:
-    os.makedirs(dest_dir, exist_ok=True)
+    os.makedirs(os.path.join(dest_dir, "bin"), exist_ok=True)
     out = os.path.join(dest_dir, "libgodist.so")
+    go = find_go()
     env = dict(os.environ, CGO_ENABLED="1")
-    subprocess.check_call([find_go(), "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./capi"], cwd=ROOT, env=env)
+    subprocess.check_call([go, "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./capi"], cwd=ROOT, env=env)
     # libgodist.h (written beside the library) includes the ABI's types.
     shutil.copyfile(os.path.join(ROOT, "capi", "godist.h"), os.path.join(dest_dir, "godist.h"))
+    # NVML's header marks some functions go-nvml binds deprecated: not our warnings.
+    env["CGO_CFLAGS"] = os.environ.get("CGO_CFLAGS", "-O2 -g") + " -Wno-deprecated-declarations"
+    subprocess.check_call([go, "build", "-trimpath", "-o", os.path.join(dest_dir, GPUINFO), "./cmd/godist-gpuinfo"],
+                          cwd=ROOT, env=env)
 
 
 class BuildPy(build_py):
@@ -106,13 +118,18 @@ def elf_dependencies(path: str) -> tuple[set[str], set[str]]:
     return needed, versions
 
 
-def manylinux_platform(library: str, plat: str) -> str:
-    """``manylinux_X_Y_<arch>`` for a ``linux_<arch>`` wheel whose library
-    needs only the glibc family, X.Y being the newest GLIBC_ symbol version
-    it needs; ``plat`` unchanged otherwise (another OS, musl, other libraries)."""
-    if not plat.startswith("linux_") or not os.path.exists(library):
+def manylinux_platform(files: list[str], plat: str) -> str:
+    """``manylinux_X_Y_<arch>`` for a ``linux_<arch>`` wheel whose native
+    files need only the glibc family, X.Y being the newest GLIBC_ symbol
+    version they need; ``plat`` unchanged otherwise (another OS, musl, other
+    libraries, a file missing)."""
+    if not plat.startswith("linux_") or not files or not all(os.path.exists(f) for f in files):
         return plat
-    needed, versions = elf_dependencies(library)
+    needed, versions = set(), set()
+    for f in files:
+        n, v = elf_dependencies(f)
+        needed |= n
+        versions |= v
     glibc = [(int(m.group(1)), int(m.group(2))) for m in map(re.compile(r"GLIBC_(\d+)\.(\d+)(\.\d+)?").fullmatch, versions)
              if m]
     if not glibc or not needed <= MANYLINUX_LIBS:
@@ -129,7 +146,7 @@ class BdistWheel(bdist_wheel):
         _, _, plat = super().get_tag()
         if not self.plat_name_supplied:
             build_lib = self.get_finalized_command("build_py").build_lib
-            plat = manylinux_platform(os.path.join(build_lib, "godist", "libgodist.so"), plat)
+            plat = manylinux_platform([os.path.join(build_lib, "godist", f) for f in NATIVE], plat)
         return "py3", "none", plat
 
 
@@ -150,7 +167,7 @@ setup(
     python_requires=">=3.10",
     package_dir={"": "python"},
     packages=find_packages(where="python"),  # godist and its subpackages (godist.bench)
-    package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h", "py.typed"]},
+    package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h", "py.typed", GPUINFO]},
     install_requires=["torch>=2.11"],
     entry_points={
         "torch.distributed.backends": ["godist = godist:_register"],

@@ -73,7 +73,8 @@ def test_wheel_holds_the_whole_package(wheel, tmp_path):
     entry_points = _read(wheel, ".dist-info/entry_points.txt")
     missing = _package_modules() - names
     assert not missing, f"modules left out of the wheel: {sorted(missing)}"
-    assert {"godist/libgodist.so", "godist/py.typed", "godist/_version.py", "godist/bench/__main__.py"} <= names
+    assert {"godist/libgodist.so", "godist/py.typed", "godist/_version.py", "godist/bench/__main__.py",
+            "godist/bin/godist-gpuinfo"} <= names
     assert "[torch.distributed.backends]" in entry_points and "godist = godist:_register" in entry_points
     assert "[console_scripts]" in entry_points and "godist = godist.__main__:main" in entry_points
 
@@ -87,6 +88,11 @@ def test_wheel_holds_the_whole_package(wheel, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, f"python -m godist.bench --help: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
     assert "--quick" in p.stdout
+    # The GPU report program is installed executable and answers JSON.
+    gpuinfo = site / "godist" / "bin" / "godist-gpuinfo"
+    assert gpuinfo.is_file() and os.access(gpuinfo, os.X_OK)
+    p = subprocess.run([str(gpuinfo)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and isinstance(json.loads(p.stdout)["available"], bool), p
 
 
 @pytest.mark.timeout(900)
@@ -103,11 +109,11 @@ def test_wheel_tag_and_version(wheel):
     if not libc or not libc.startswith("glibc "):
         return
     # On glibc Linux: manylinux_X_Y_<arch>, X.Y the newest GLIBC_ symbol
-    # version the library names (found here independently of setup.py), no
-    # newer than this machine's glibc.
+    # version the library and the GPU report program name (found here
+    # independently of setup.py), no newer than this machine's glibc.
     with zipfile.ZipFile(wheel) as z:
-        lib = z.read("godist/libgodist.so")
-    newest = max((int(a), int(b)) for a, b in re.findall(rb"\bGLIBC_(\d+)\.(\d+)", lib))
+        native = z.read("godist/libgodist.so") + z.read("godist/bin/godist-gpuinfo")
+    newest = max((int(a), int(b)) for a, b in re.findall(rb"\bGLIBC_(\d+)\.(\d+)", native))
     arch = sysconfig.get_platform().split("-", 1)[1].replace("-", "_").replace(".", "_")
     assert plat == f"manylinux_{newest[0]}_{newest[1]}_{arch}"
     host = tuple(int(x) for x in libc.split()[1].split(".")[:2])
