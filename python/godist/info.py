@@ -6,7 +6,9 @@ native libraries (NCCL, the CUDA runtime, MPI, NVML) are probed each in a
 child process (this file run as a script, with ``--native``), so that a
 library that crashes or hangs when loaded cannot take the report down, and
 so that what the system loader finds is not confused with the copies torch
-has already loaded into this process.
+has already loaded into this process. The GPUs' details (UUIDs, PCI bus ids,
+compute capabilities, NVLink, the topology between GPUs) come from the
+package's ``bin/godist-gpuinfo`` program: :func:`gpu_info`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 
 SCHEMA = 1
 NATIVE_TIMEOUT_S = 30
+GPUINFO_TIMEOUT_S = 10
 NOT_USED = "godist does not use {} in this version: its GPU (NCCL) and MPI paths are not built yet"
 
 # The settings godist reads: name -> (default, what it does).
@@ -276,6 +279,44 @@ def _libraries() -> tuple[dict, dict]:
     return {"nccl": nccl, "cuda_runtime": cudart, "mpi": mpi}, gpus
 
 
+# ----- the GPUs, from godist-gpuinfo -----
+
+def gpuinfo_path() -> str:
+    """Where the package's godist-gpuinfo program is (it may be missing)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "godist-gpuinfo")
+
+
+def gpu_info(timeout: float = GPUINFO_TIMEOUT_S, executable: str | None = None) -> dict:
+    """This machine's NVIDIA GPUs as godist-gpuinfo reports them (keys:
+    ``gpus.gpuinfo`` in docs/info.md), plus ``executable``, its path. Never
+    raises: when the program is missing, fails or hangs, or there is no
+    driver, ``available`` is False and ``reason`` says why."""
+    exe = executable or gpuinfo_path()
+    out = {"available": False, "reason": None, "library": "libnvidia-ml.so.1", "driver_version": None,
+           "cuda_driver_version": None, "nvml_version": None, "device_count": None, "devices": [], "topology": [],
+           "errors": {}, "executable": exe}
+    if not os.path.exists(exe):
+        return dict(out, reason=f"godist-gpuinfo is not in the package ({exe}): rebuild it with `make lib` or "
+                                "reinstall godist")
+    try:
+        p = subprocess.run([exe], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return dict(out, reason=f"godist-gpuinfo did not finish within {timeout:g} s")
+    except OSError as e:
+        return dict(out, reason=f"cannot run godist-gpuinfo: {e}")
+    try:
+        answer = json.loads(p.stdout) if p.returncode == 0 else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or "available" not in answer:
+        how = f"was killed by signal {-p.returncode}" if p.returncode < 0 else f"exited with {p.returncode}"
+        if p.returncode == 0:
+            how = "printed no JSON report"
+        tail = p.stderr.strip().splitlines()[-1:]
+        return dict(out, reason=f"godist-gpuinfo {how}" + (f": {tail[0]}" if tail else ""))
+    return dict(out, **answer, executable=exe)
+
+
 # ----- godist's library, transports, settings, CPUs -----
 
 def _json_call(fn, *args) -> dict:
@@ -464,6 +505,7 @@ def collect() -> dict:
     library, lib = _library()
     build = library["build"]
     libs, gpus = _libraries()
+    gpus["gpuinfo"] = gpu_info()
     settings = _settings()
     report = {
         "schema": SCHEMA,
@@ -521,6 +563,47 @@ def _lib_lines(name: str, e: dict) -> list[str]:
         m = e["mpirun"]
         lines.append(f"{'':13}mpirun: {m['path']}: {m['version'] or m['error']}")
     return lines
+
+
+# nvidia-smi topo -m's names for the topology levels, and what they mean.
+_LEVELS = {"X": "the same board", "PIX": "through one PCIe switch", "PXB": "through several PCIe switches",
+           "PHB": "through a PCIe host bridge", "NODE": "through the host bridges of one NUMA node",
+           "SYS": "across NUMA nodes"}
+
+
+def _gpuinfo_lines(gi: dict) -> list[str]:
+    """The GPU section's lines from godist-gpuinfo's report."""
+    if not gi["available"]:
+        return [f"  godist-gpuinfo: {gi['reason']}"]
+    ver = [f"NVML {gi['nvml_version']}"] if gi["nvml_version"] else []
+    ver += [f"driver {gi['driver_version']}"] if gi["driver_version"] else []
+    ver += [f"CUDA {gi['cuda_driver_version']}"] if gi["cuda_driver_version"] else []
+    n = gi["device_count"]
+    out = [f"  godist-gpuinfo: " + ", ".join(ver + [f"{n} GPU{'' if n == 1 else 's'}" if n is not None else
+                                                    "GPUs unknown"])]
+    out += [f"    error: {e}" for e in gi["errors"].values()]
+    if gi["reason"]:
+        out.append(f"    {gi['reason']}")
+    for d in gi["devices"]:
+        parts = [d["name"] or "name unknown"] + ([d["uuid"]] if d["uuid"] else [])
+        if d["pci_bus_id"]:
+            parts.append(f"PCI {d['pci_bus_id']}")
+        if d["compute_capability"]:
+            parts.append(f"compute capability {d['compute_capability']}")
+        if d["memory_total"] is not None:
+            parts.append(f"{_size(d['memory_total'])} ({_size(d['memory_used'])} used)")
+        nv = d["nvlink"]
+        parts.append(f"NVLink: {nv['active']} of {nv['count']} links active" if nv["supported"] else "no NVLink")
+        out.append(f"    GPU {d['index']}: " + ", ".join(parts))
+        out += [f"      error: {e}" for e in d["errors"].values()]
+        out += [f"      NVLink {x['link']}: error: {x['error']}" for x in nv["links"] if x["error"]]
+    for t in gi["topology"]:
+        a, b = t["gpus"]
+        where = f"{t['smi']} ({_LEVELS.get(t['smi'], t['level'])})" if t["smi"] else (t["level"] or "level unknown")
+        p2p = ", ".join(f"{k} {v}" for k, v in t["p2p"].items())
+        out.append(f"    GPU {a} - GPU {b}: {where}" + (f", P2P {p2p}" if p2p else ""))
+        out += [f"      error: {e}" for e in t["errors"].values()]
+    return out
 
 
 def render(r: dict) -> str:
@@ -586,6 +669,7 @@ def render(r: dict) -> str:
         if not gp["devices"] and not gp["reason"]:
             out.append("  no GPUs")
         out.append("  godist runs its collectives on CPU tensors only in this version")
+    out += _gpuinfo_lines(gp["gpuinfo"])
 
     env = r["env"]
     out += ["", "Settings"]

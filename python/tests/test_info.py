@@ -112,6 +112,12 @@ def test_json_keys_are_documented(report):
     keys |= set(report["transports"]["shm"]) | set(report["transports"]["tcp"])
     keys |= set(report["nccl"]["tried"][0]) | set(report["gpus"]["devices"][0] if report["gpus"]["devices"] else {})
     keys |= set(report["env"]["settings"][0])
+    gi = report["gpus"]["gpuinfo"]
+    keys |= set(gi)
+    for d in gi["devices"]:
+        keys |= set(d) | set(d["nvlink"]) | {k for x in d["nvlink"]["links"] for k in x}
+    for p in gi["topology"]:
+        keys |= set(p) | set(p["p2p"])
     undocumented = sorted(k for k in keys if not re.search(rf"[`.{{ ]{k}[`.,}}]", table))
     assert not undocumented, f"document these keys in docs/info.md: {undocumented}"
 
