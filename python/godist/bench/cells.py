@@ -36,8 +36,9 @@ class CellData:
 
     PERIOD = {True: 251, False: 1000003}
 
-    def __init__(self, torch, op: str, dtype: str, nominal: int, rank: int, P: int, cache: dict):
+    def __init__(self, torch, op: str, dtype: str, nominal: int, rank: int, P: int, cache: dict, device=None):
         self.torch, self.op, self.rank, self.P = torch, op, rank, P
+        self.device = device  # None: the CPU; the cache must hold tensors of the same device
         self.dt = getattr(torch, dtype)
         self.is_float = self.dt.is_floating_point
         esize = torch.empty(0, dtype=self.dt).element_size()
@@ -56,7 +57,7 @@ class CellData:
         if self.is_float and op in REDUCING:
             self.rtol = {torch.float32: 1e-6, torch.float64: 1e-12}.get(self.dt, 2.0 ** -7) * P
         c, r = self.c, rank
-        z = lambda n: torch.empty(n, dtype=self.dt)  # noqa: E731
+        z = lambda n: torch.empty(n, dtype=self.dt, device=device)  # noqa: E731
         self.work = None
         if op in ("all_reduce", "broadcast"):
             self.buf = z(c)
@@ -79,7 +80,7 @@ class CellData:
         off = lo % p
         t = self._cache.get(self.is_float)
         if t is None or t.numel() < off + n:
-            i = torch.arange(p, dtype=torch.int64)
+            i = torch.arange(p, dtype=torch.int64, device=self.device)
             pat = ((i - 125).to(torch.float32) / 128) if self.is_float else i * 3
             t = pat.repeat(-(-(off + n) // p))
             self._cache[self.is_float] = t

@@ -61,7 +61,11 @@ def build_parser():
                            "(about 2-3 min on 2 cores)")
     mode.add_argument("--smoke", action="store_true",
                       help="P=2; sizes 8 B and 64 KiB; tiny DDP, inference and async scenarios (well under a minute)")
-    p.add_argument("--world-sizes", type=str, help="comma-separated world sizes (default 2,4,8)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu (default): godist vs gloo on CPU tensors; cuda: godist vs torch's nccl on CUDA "
+                        "tensors, rank r on GPU r %% device_count (see godist/bench/cuda.py)")
+    p.add_argument("--world-sizes", "--ranks", dest="world_sizes", type=str,
+                   help="comma-separated world sizes (default 2,4,8; --device cuda: 1,2)")
     p.add_argument("--ops", type=str, help="comma-separated: " + ", ".join(OPS) + " (default all)")
     p.add_argument("--backends", type=str,
                    help="comma-separated backends to time: godist, gloo or both (default both; with one, no "
@@ -92,6 +96,12 @@ def build_parser():
     p.add_argument("--timeout", type=float, help="seconds one world size may run before it is killed (default 1800)")
     p.add_argument("--op-timeout", type=float, help="process-group timeout in seconds (default 300)")
     p.add_argument("--note", type=str, help="free text added to the report header (e.g. what was built from where)")
+    cuda = p.add_argument_group("--device cuda")
+    cuda.add_argument("--issue-ops", type=int,
+                      help="ops at the start of each timed block whose issue time (the Python call to its return, "
+                           "no synchronize) gives the CPU time per op (default 100)")
+    cuda.add_argument("--issue-max-bytes", type=str,
+                      help="largest size whose CPU time per op is compared between the backends (default 1M)")
     p.add_argument("--render", metavar="DIR", type=str,
                    help="run nothing: rewrite DIR/results.md and results.png from DIR/results.csv and meta.json")
     return p
@@ -199,9 +209,9 @@ class Live:
     """What the parent does with the ranks' messages as they come: the
     table on stdout, the progress and messages on stderr."""
 
-    def __init__(self, cfg: Config, rows: list, progress: Progress, out=None):
+    def __init__(self, cfg: Config, rows: list, progress: Progress, out=None, table=None):
         self.cfg, self.rows, self.progress = cfg, rows, progress
-        self.table = Table(cfg.backends)
+        self.table = table if table is not None else Table(cfg.backends)
         self.out = out if out is not None else sys.stdout
 
     @staticmethod
@@ -218,12 +228,15 @@ class Live:
 def run_world(P: int, cfg: Config, live: Live, errors: list, setup: dict):
     """Spawn P ranks, pass their cells and messages to ``live``; True when
     every rank finished."""
-    from . import worker
+    if cfg.device == "cuda":
+        from .cuda_worker import rank_main
+    else:
+        from .worker import rank_main
 
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="godist-bench-") as d:
         q = ctx.Queue()
-        procs = [ctx.Process(target=worker.rank_main, args=(r, P, cfg, os.path.join(d, "store"), q),
+        procs = [ctx.Process(target=rank_main, args=(r, P, cfg, os.path.join(d, "store"), q),
                              name=f"godist-bench-rank{r}") for r in range(P)]
         for p in procs:
             p.start()
@@ -283,6 +296,10 @@ def main(argv=None) -> int:
         paths = report.render(a.render, want_plot=not a.no_plot)
         print(f"wrote {', '.join(v for k, v in paths.items() if k in ('md', 'png'))}", file=sys.stderr)
         return 0
+    if a.device == "cuda":
+        from . import cuda
+
+        return cuda.main(a, parser, argv)
     try:
         cfg = config_from_args(a)
     except BadOption as e:

@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 BACKENDS = ("godist", "gloo")
+# --device cuda: godist against torch's NCCL backend on CUDA tensors (cuda.py).
+CUDA_BACKENDS = ("godist", "nccl")
+CUDA_OPS = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "all_to_all_single")
 
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "barrier",
        "send_recv")
@@ -34,6 +37,7 @@ DTYPES = ("float32", "bfloat16", "int64", "float64", "float16", "int32")
 @dataclass
 class Config:
     mode: str = "full"                      # full | quick | smoke (a label)
+    device: str = "cpu"                     # cpu (godist vs gloo) | cuda (godist vs nccl, cuda.py)
     backends: list = field(default_factory=lambda: list(BACKENDS))  # benchmarked, in BACKENDS order
     world_sizes: list = field(default_factory=lambda: [2, 4, 8])
     ops: list = field(default_factory=lambda: list(OPS))
@@ -58,6 +62,14 @@ class Config:
     pin_malloc: bool = True                 # start the ranks with MALLOC_ENV
     op_timeout_s: float = 300.0             # both process groups' timeout
     world_timeout_s: float = 1800.0         # one world size, all cells
+    issue_ops: int = 100                    # cuda: ops of a block whose issue time is the CPU time per op
+    issue_max_bytes: int = 1 << 20          # cuda: largest size whose CPU time per op is compared
+    ddp_lr: float = 0.01                    # cuda: the DDP step's SGD learning rate
+
+    @property
+    def ref(self) -> str:
+        """The backend godist is compared with."""
+        return "nccl" if self.device == "cuda" else "gloo"
 
 
 def cell_list(cfg: Config) -> list[tuple[str, str, int]]:

@@ -19,7 +19,8 @@ SCENARIO_OPS = ("ddp_step", "infer_loop", "async_loop")
 FIXED_OPS = ("barrier",) + SCENARIO_OPS
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
           "tab:olive", "tab:cyan"]
-STYLE = {"godist": dict(ls="-", marker="o", mfc=None), "gloo": dict(ls="--", marker="s", mfc="white")}
+STYLE = {"godist": dict(ls="-", marker="o", mfc=None), "gloo": dict(ls="--", marker="s", mfc="white"),
+         "nccl": dict(ls="--", marker="s", mfc="white")}  # nccl: the reference of --device cuda
 FALLBACK_STYLE = dict(ls=":", marker="^", mfc="white")
 OP_TITLES = {"send_recv": "send_recv (ping-pong, half round trip)", "all_gather_into_tensor": "all_gather_into_tensor",
              "reduce_scatter_tensor": "reduce_scatter_tensor", "all_to_all_single": "all_to_all_single"}
@@ -81,7 +82,7 @@ def _time_axis(ax, values):
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def _ratio_axis(ax, values):
+def _ratio_axis(ax, values, ref="gloo"):
     """Log scale, 1 always in view and marked, faster/slower halves tinted."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
@@ -95,7 +96,7 @@ def _ratio_axis(ax, values):
     ax.yaxis.set_major_locator(_log_locator(lo, hi, decades=1.1))  # the strip is short
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"x{y:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_ylabel("godist/gloo\nspeed", fontsize=9)
+    ax.set_ylabel(f"godist/{ref}\nspeed", fontsize=9)
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -103,7 +104,7 @@ def _ok(r):
     return r["status"] == "ok" and r.get("time_us")
 
 
-def _sized_panel(ax_t, ax_r, rows, op, Ps, colors):
+def _sized_panel(ax_t, ax_r, rows, op, Ps, colors, ref="gloo"):
     rs = [r for r in rows if r["op"] == op and r["dtype"] == "float32"]
     times = []
     for p in Ps:
@@ -136,11 +137,11 @@ def _sized_panel(ax_t, ax_r, rows, op, Ps, colors):
         ax_r.plot([r["size_bytes"] for r in line], [r["godist_speedup"] for r in line], "-", marker="o", ms=4,
                   lw=1.4, color=colors[p])
         ratios += [r["godist_speedup"] for r in line]
-    _ratio_axis(ax_r, ratios)
+    _ratio_axis(ax_r, ratios, ref)
     _size_ticks(ax_r, sizes)
 
 
-def _fixed_panel(ax_t, ax_r, rows, ops, Ps, colors, backends):
+def _fixed_panel(ax_t, ax_r, rows, ops, Ps, colors, backends, ref="gloo"):
     """Bars: one group per operation, one bar per world size and backend
     (godist filled, gloo hatched); under them godist's speed per world size."""
     from matplotlib.patches import Patch
@@ -157,7 +158,7 @@ def _fixed_panel(ax_t, ax_r, rows, ops, Ps, colors, backends):
                     continue
                 x = i + (j * nb + k + 0.5 - len(Ps) * nb / 2) * width
                 ax_t.bar(x, r["time_us"], width * 0.92, color=colors[p] if b == "godist" else "white",
-                         edgecolor=colors[p], hatch="///" if b == "gloo" else None, lw=1.2)
+                         edgecolor=colors[p], hatch="///" if b == ref else None, lw=1.2)
                 times.append(r["time_us"])
     ax_t.set_yscale("log")
     if times:
@@ -172,7 +173,7 @@ def _fixed_panel(ax_t, ax_r, rows, ops, Ps, colors, backends):
     ax_t.grid(True, which="major", axis="y", alpha=0.35)
     if nb > 1:
         ax_t.legend(handles=[Patch(facecolor="gray", edgecolor="gray", label="godist"),
-                             Patch(facecolor="white", edgecolor="gray", hatch="///", label="gloo")],
+                             Patch(facecolor="white", edgecolor="gray", hatch="///", label=ref)],
                     fontsize=8, loc="upper left")
     if ax_r is None:
         return
@@ -186,13 +187,13 @@ def _fixed_panel(ax_t, ax_r, rows, ops, Ps, colors, backends):
                 x = i + (j * nb + nb / 2 - len(Ps) * nb / 2) * width
                 ax_r.plot([x], [r["godist_speedup"]], marker="o", ms=6, color=colors[p], ls="none")
                 ratios.append(r["godist_speedup"])
-    _ratio_axis(ax_r, ratios)
+    _ratio_axis(ax_r, ratios, ref)
     ax_r.set_xticks(range(len(ops)))
     ax_r.set_xticklabels([FIXED_TITLES[op] for op in ops], fontsize=9)
     ax_r.set_xlim(-0.5, len(ops) - 0.5)
 
 
-def figure(rows, ratio: bool = True):
+def figure(rows, ratio: bool = True, ref: str = "gloo"):
     """The matplotlib Figure of the rows (None when nothing can be drawn).
     Its axes carry a ``godist_panel`` attribute: (op or "fixed", "time" or
     "ratio")."""
@@ -228,9 +229,9 @@ def figure(rows, ratio: bool = True):
             ax_t, ax_r = fig.add_subplot(cell), None
         ax_t.godist_panel = (name, "time")
         if name == "fixed":
-            _fixed_panel(ax_t, ax_r, rows, fixed, Ps, colors, backends)
+            _fixed_panel(ax_t, ax_r, rows, fixed, Ps, colors, backends, ref)
         else:
-            _sized_panel(ax_t, ax_r, rows, name, Ps, colors)
+            _sized_panel(ax_t, ax_r, rows, name, Ps, colors, ref)
         for ax in (ax_t, ax_r):
             if ax is not None:
                 ax.tick_params(labelsize=8.5)
@@ -248,14 +249,14 @@ def figure(rows, ratio: bool = True):
     what = " vs ".join(backends)
     title = f"{what}: time per op (log-log, lower is better)"
     if ratio:
-        title += "; under each panel godist's speed = t_gloo / t_godist (above x1: godist faster)"
+        title += f"; under each panel godist's speed = t_{ref} / t_godist (above x1: godist faster)"
     fig.suptitle(title, fontsize=12, y=1 - 0.12 / (row_h * nrows + top_in), va="top")
     return fig
 
 
-def plot(rows, path, ratio: bool = True) -> bool:
+def plot(rows, path, ratio: bool = True, ref: str = "gloo") -> bool:
     """Write the PNG; False (and no file) when no row can be drawn."""
-    fig = figure(rows, ratio)
+    fig = figure(rows, ratio, ref)
     if fig is None:
         return False
     fig.savefig(path, dpi=100)

@@ -69,7 +69,7 @@ def summary(rows) -> str:
         parts.append(part)
     text = f"{r0['op']}{dt}{size}: " + ", ".join(parts)
     if r0.get("godist_speedup"):
-        text += f", godist/gloo x{r0['godist_speedup']:.2f}"
+        text += f", godist/{r0.get('ref_backend', 'gloo')} x{r0['godist_speedup']:.2f}"
     return text
 
 

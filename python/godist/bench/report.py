@@ -242,6 +242,10 @@ def render(out_dir, want_plot=True):
     with open(os.path.join(out_dir, META_NAME)) as f:
         meta = json.load(f)
     meta["setup"] = {int(k): v for k, v in meta.get("setup", {}).items()}
+    if meta.get("device") == "cuda":
+        from . import cuda_report
+
+        return cuda_report.render(out_dir, meta, want_plot)
     return write_all(read_csv(os.path.join(out_dir, CSV_NAME)), meta, out_dir, want_plot, write_data=False)
 
 

@@ -21,7 +21,7 @@ from .config import BACKENDS
 
 LEFT = (("size", "(B)", 12), ("count", "(elements)", 12), ("type", "", 9), ("redop", "", 6))
 GROUP = (("time", "(us)", 11), ("algbw", "(GB/s)", 7), ("busbw", "(GB/s)", 7), ("#wrong", "", 6))
-RATIO = ("godist/gloo", "(speed)", 11)
+RATIO = ("godist/gloo", "(speed)", 11)  # with another reference backend, its name for gloo's
 
 PREAMBLE = ("# time: per op, median over repeats of the mean over ranks; algbw = size / time and busbw = algbw x "
             "the nccl-tests factor, in GB/s (1e9 B/s)")
@@ -47,8 +47,10 @@ class Table:
     """Formats the rows of each finished cell; ``backends`` are the
     benchmarked ones (the column groups, in this order)."""
 
-    def __init__(self, backends):
-        self.backends = [b for b in BACKENDS if b in backends]
+    def __init__(self, backends, ref: str = "gloo"):
+        self.backends = [b for b in ("godist", ref) if b in backends] if ref != "gloo" else \
+            [b for b in BACKENDS if b in backends]
+        self.ref = ref
         self.ratio = len(self.backends) == 2
         self.key = None
         self.started = False
@@ -63,7 +65,7 @@ class Table:
         units = [u for _, u, _ in LEFT] + [u for _, u, _ in GROUP] * len(self.backends)
         if self.ratio:
             widths.append(RATIO[2])
-            names.append(RATIO[0])
+            names.append(RATIO[0].replace("gloo", self.ref))
             units.append(RATIO[1])
         # Backend names centred over their groups, as nccl-tests does.
         left = sum(w for _, _, w in LEFT) + len(LEFT)
@@ -122,7 +124,7 @@ class Table:
         size or the operation changed, then its row."""
         out = []
         if not self.started:
-            out += [PREAMBLE] + ([RATIO_NOTE] if self.ratio else [])
+            out += [PREAMBLE] + ([RATIO_NOTE.replace("gloo", self.ref)] if self.ratio else [])
             self.started = True
         op = rows[0]["op"]
         if self.key != (P, op):
