@@ -5,6 +5,9 @@ interleaved in time (A-B-B-A), each cell checked for correctness before it is
 timed; results are reported with the nccl-tests definitions (time, algbw,
 busbw) plus p50/p95 latency, CPU time per op and the godist/gloo speed ratio.
 See docs/PERFORMANCE.md.
+
+``--device cuda`` compares godist with torch's nccl on CUDA tensors the same
+way (``cuda.py``).
 """
 
 from .cli import main  # noqa: F401

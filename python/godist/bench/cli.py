@@ -7,6 +7,10 @@ as it comes (``table.py``) and keeps the progress display on stderr
 (``progress.py``), kills a world that errors or runs past its time limit,
 and writes the CSV, markdown and PNG. Exit status: 0 when every cell ran and
 none had a wrong element, 1 otherwise, 2 for bad arguments.
+
+``--device cuda`` (godist vs nccl on CUDA tensors) is run by ``cuda.main``
+with the same spawn, table and progress machinery; without a usable GPU it
+says "no CUDA device: ..." and exits 1.
 """
 
 from __future__ import annotations
@@ -58,9 +62,11 @@ def build_parser():
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true",
                       help="P=2,4,8; sizes 8 B, 512 B, 32 KiB, 2 MiB, 64 MiB; 50 ms blocks; scenarios at P=2,4 "
-                           "(about 2-3 min on 2 cores)")
+                           "(about 2-3 min on 2 cores); --device cuda: P=1,2, sizes 8 B, 512 B, 32 KiB, 2 MiB, "
+                           "32 MiB, 256 MiB, 50 ms blocks")
     mode.add_argument("--smoke", action="store_true",
-                      help="P=2; sizes 8 B and 64 KiB; tiny DDP, inference and async scenarios (well under a minute)")
+                      help="P=2; sizes 8 B and 64 KiB; tiny DDP, inference and async scenarios (well under a minute); "
+                           "--device cuda: P=1, tiny DDP")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu (default): godist vs gloo on CPU tensors; cuda: godist vs torch's nccl on CUDA "
                         "tensors, rank r on GPU r %% device_count (see godist/bench/cuda.py)")
