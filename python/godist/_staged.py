@@ -168,8 +168,9 @@ class _Stage:
                                  f"{kind} tensors only")
             self.device, self.first = t.device, name
         elif t.device != self.device:
-            what = ("CPU and CUDA tensors cannot be mixed in one op" if "cpu" in (t.device.type, self.device.type)
-                    and t.device.type != self.device.type else "every tensor of an op must be on the same device")
+            mixed = {t.device.type, self.device.type} == {"cpu", "cuda"}
+            what = ("CPU and CUDA tensors cannot be mixed in one op" if mixed
+                    else "every tensor of an op must be on the same device")
             raise ValueError(f"godist: {self.op}: {name} is on device {t.device} but {self.first} is on "
                              f"{self.device}: {what}")
         return t

@@ -22,7 +22,8 @@ from refs import make_input
 
 C = torch._C._distributed_c10d
 
-gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available() is False)")
+gpu = pytest.mark.skipif(not torch.cuda.is_available(),
+                         reason="needs a CUDA device (torch.cuda.is_available() is False)")
 
 
 def _opts(cls: str, async_op: bool, **fields):
@@ -64,7 +65,8 @@ def every_op(path, rank, n, to_dev, async_op=True):
         base = inp(1, 24).view(4, 6)
         t = base[:, ::2]
         assert not t.is_contiguous()
-        done(f"allreduce {op}", path.allreduce([t], _opts("AllreduceOptions", async_op, reduceOp=getattr(dist.ReduceOp, op))), [base])
+        opts = _opts("AllreduceOptions", async_op, reduceOp=getattr(dist.ReduceOp, op))
+        done(f"allreduce {op}", path.allreduce([t], opts), [base])
     t = inp(2, 7, torch.int32)
     done("allreduce int32", path.allreduce([t], _opts("AllreduceOptions", async_op)), [t])
     ts = [inp(3, 5), inp(4, 9, torch.float64)]
@@ -114,7 +116,8 @@ def every_op(path, rank, n, to_dev, async_op=True):
     recv = [(j + rank) % 3 for j in range(n)]
     x = inp(52, 2 * sum(send)).view(sum(send), 2)
     out = zeros(2, sum(recv)).t()  # non-contiguous rows
-    done("all_to_all_single uneven", path.all_to_all_single(out, x, recv, send, _opts("AllToAllOptions", async_op)), [out])
+    done("all_to_all_single uneven",
+         path.all_to_all_single(out, x, recv, send, _opts("AllToAllOptions", async_op)), [out])
     # barrier
     assert path.barrier(_opts("BarrierOptions", async_op)).wait() is True
     # point to point: a ring, any-source receives, and to self
@@ -213,7 +216,8 @@ def cpu_copy_worker(rank, n, init_file):
     fut = sp.allreduce([t], _opts("AllreduceOptions", True)).get_future()
     val = fut.wait()
     assert val[0] is t and torch.equal(t, torch.full((4,), want))
-    chained = sp.allreduce([torch.ones(3)], _opts("AllreduceOptions", True)).get_future().then(lambda f: f.value()[0] * 2)
+    fut = sp.allreduce([torch.ones(3)], _opts("AllreduceOptions", True)).get_future()
+    chained = fut.then(lambda f: f.value()[0] * 2)
     assert torch.equal(chained.wait(), torch.full((3,), 2.0 * n))
     # wait after get_future does not copy again
     dev.copies.clear()
@@ -257,7 +261,8 @@ def cpu_copy_worker(rank, n, init_file):
 
     # the CPU method's own checks still apply (dtype rules)
     try:
-        sp.allgather([[torch.zeros(2, dtype=torch.int32) for _ in range(n)]], [torch.zeros(2)], _opts("AllgatherOptions", True))
+        sp.allgather([[torch.zeros(2, dtype=torch.int32) for _ in range(n)]], [torch.zeros(2)],
+                     _opts("AllgatherOptions", True))
     except TypeError as e:
         assert "allgather" in str(e) and "dtype" in str(e), e
     else:
@@ -358,9 +363,11 @@ class _Pg:
 def test_mixed_devices_are_refused():
     sp = StagedPath(_Pg(), HostDevice())
     cpu, meta = torch.zeros(2), torch.zeros(2, device="meta")
-    with pytest.raises(ValueError, match=r"allreduce_coalesced: tensors\[1\] is on device meta but tensors\[0\] is on cpu"):
+    with pytest.raises(ValueError, match=r"allreduce_coalesced: tensors\[1\] is on device meta but tensors\[0\] "
+                                         r"is on cpu: every tensor of an op must be on the same device"):
         sp.allreduce_coalesced([cpu, meta])
-    with pytest.raises(ValueError, match=r"allgather: output_tensors\[0\]\[1\] is on device meta but input_tensors\[0\]"):
+    with pytest.raises(ValueError, match=r"allgather: output_tensors\[0\]\[1\] is on device meta "
+                                         r"but input_tensors\[0\]"):
         sp.allgather([[cpu, meta]], [cpu])
     with pytest.raises(ValueError, match=r"all_to_all_single: output is on device meta but input is on cpu"):
         sp.all_to_all_single(meta, cpu)
@@ -370,7 +377,8 @@ def test_mixed_devices_are_refused():
         sp.broadcast([3])
     # the CUDA device refuses CPU tensors before touching CUDA
     cuda = StagedPath(_Pg(), CudaDevice())
-    with pytest.raises(ValueError, match=r"reduce_scatter_tensor: input is on device cpu; the staged cuda path takes cuda"):
+    with pytest.raises(ValueError, match=r"reduce_scatter_tensor: input is on device cpu; "
+                                         r"the staged cuda path takes cuda"):
         cuda.reduce_scatter_single(cpu, cpu)
     with pytest.raises(ValueError, match=r"recv: tensors\[0\] is on device cpu"):
         cuda.recv([cpu], 0, 0)
@@ -386,7 +394,8 @@ def test_method_names_and_signatures_match_the_group():
              "reduce_scatter_single", "reduce_scatter_single_coalesced", "alltoall", "all_to_all_single", "barrier",
              "send", "recv", "recv_anysource"]
     for name in names:
-        assert inspect.signature(getattr(StagedPath, name)) == inspect.signature(getattr(GodistProcessGroup, name)), name
+        want = inspect.signature(getattr(GodistProcessGroup, name))
+        assert inspect.signature(getattr(StagedPath, name)) == want, name
 
 
 @pytest.mark.timeout(60)
