@@ -24,29 +24,10 @@ have finished.
 
 from __future__ import annotations
 
-import os
 import threading
 
 import torch
 import torch.distributed as dist
-
-_MODES = ("nccl", "staged")
-
-
-def cuda_mode() -> str:
-    """How godist runs collectives on CUDA tensors, from ``GODIST_CUDA``:
-    ``"nccl"`` (the default) or ``"staged"`` (through pinned host memory
-    over godist's CPU transports)."""
-    raw = os.environ.get("GODIST_CUDA", "")
-    v = raw.strip().lower()
-    if not v:
-        return "nccl"
-    if v not in _MODES:
-        raise ValueError(f"godist: GODIST_CUDA={raw!r}: use one of {', '.join(_MODES)} "
-                         "('nccl': NCCL drives CUDA tensors; 'staged': through pinned host memory over godist's "
-                         "CPU transports)")
-    return v
-
 
 # ----- devices ------------------------------------------------------------
 
@@ -473,4 +454,4 @@ class StagedPath:
     recvAnysource = recv_anysource
 
 
-__all__ = ["cuda_mode", "StagedPath", "StagedWork", "CudaDevice", "HostDevice"]
+__all__ = ["StagedPath", "StagedWork", "CudaDevice", "HostDevice"]

@@ -41,8 +41,13 @@ SETTINGS = {
                                   "state of its groups; empty: off"),
     "GODIST_STORE_RENDEZVOUS": ("1", "0: the rendezvous runs in Python even when the group's store is a godist store"),
     "GODIST_LIBRARY": ("", "the path of libgodist.so to load; empty: the one inside the package"),
-    "GODIST_CUDA": ("nccl", "how collectives run on CUDA tensors: nccl (through NCCL) or staged (copied through "
-                            "pinned host memory over godist's CPU transports; no NCCL needed)"),
+    "GODIST_CUDA": ("auto", "how collectives run on CUDA tensors: auto (NCCL when it loads and sees a GPU, else "
+                            "staged), nccl (through NCCL) or staged (copied through pinned host memory over godist's "
+                            "CPU transports; no NCCL needed)"),
+    "GODIST_NCCL_LIBRARY": ("", "the path of libnccl.so.2 to load; empty: the copy torch loaded, else the loader's "
+                                "search path"),
+    "GODIST_CUDART_LIBRARY": ("", "the path of the CUDA runtime (libcudart.so) to load; empty: the copy torch "
+                                  "loaded, else the loader's search path"),
 }
 # Read only by godist's own tests and benchmarks: recognized, never warned about.
 TEST_SETTINGS = {
@@ -424,9 +429,11 @@ def _effect(name: str, v: str) -> tuple[str, str | None]:
         return ("the rendezvous runs in Python" if v == "0" else
                 "the rendezvous runs in Go when the group's store is a godist store"), None
     if name == "GODIST_CUDA":
-        return {"NCCL": ("CUDA tensors go through NCCL", None), "": ("CUDA tensors go through NCCL", None),
+        return {"AUTO": ("CUDA tensors go through NCCL where it loads and sees a GPU, else staged", None),
+                "": ("CUDA tensors go through NCCL where it loads and sees a GPU, else staged", None),
+                "NCCL": ("CUDA tensors go through NCCL", None),
                 "STAGED": ("CUDA tensors are staged through pinned host memory over the CPU transports", None)}.get(
-            u, ("invalid: a collective on CUDA tensors raises ValueError", "use nccl or staged"))
+            u, ("invalid: a collective on CUDA tensors raises ValueError", "use auto, nccl or staged"))
     if name == "GODIST_LIBRARY":
         return (f"loads {v}" if v else "loads the package's libgodist.so"), (
             None if not v or os.path.exists(v) else f"{v} does not exist")

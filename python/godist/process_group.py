@@ -45,9 +45,10 @@ def cuda_mode() -> str:
     """GODIST_CUDA: "auto" (NCCL when it loads and sees a GPU, else staged),
     "nccl" or "staged" (CUDA tensors through pinned host memory over godist's
     CPU transports)."""
-    v = os.environ.get("GODIST_CUDA", "auto").strip().lower() or "auto"
+    raw = os.environ.get("GODIST_CUDA", "")
+    v = raw.strip().lower() or "auto"
     if v not in ("auto", "nccl", "staged"):
-        raise ValueError(f"godist: GODIST_CUDA={v!r}: use 'auto', 'nccl' or 'staged'")
+        raise ValueError(f"godist: GODIST_CUDA={raw!r}: use 'auto', 'nccl' or 'staged'")
     return v
 _live_lock = threading.Lock()
 

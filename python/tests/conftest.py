@@ -6,4 +6,3 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-def pytest_configure(config): config.addinivalue_line("markers", "gpu: needs a CUDA device (skipped without one)")

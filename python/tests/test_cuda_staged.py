@@ -16,7 +16,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from godist._staged import CudaDevice, HostDevice, StagedPath, StagedWork, cuda_mode
+from godist._staged import CudaDevice, HostDevice, StagedPath, StagedWork
+from godist.process_group import cuda_mode
 from harness import init, run_world
 from refs import make_input
 
@@ -401,12 +402,12 @@ def test_method_names_and_signatures_match_the_group():
 @pytest.mark.timeout(60)
 def test_cuda_mode(monkeypatch):
     monkeypatch.delenv("GODIST_CUDA", raising=False)
-    assert cuda_mode() == "nccl"
-    for v, want in (("nccl", "nccl"), ("staged", "staged"), (" STAGED ", "staged"), ("", "nccl")):
+    assert cuda_mode() == "auto"
+    for v, want in (("nccl", "nccl"), ("staged", "staged"), (" STAGED ", "staged"), ("", "auto"), ("Auto", "auto")):
         monkeypatch.setenv("GODIST_CUDA", v)
         assert cuda_mode() == want
     monkeypatch.setenv("GODIST_CUDA", "gloo")
-    with pytest.raises(ValueError, match=r"GODIST_CUDA='gloo'.*nccl, staged"):
+    with pytest.raises(ValueError, match=r"GODIST_CUDA='gloo'.*'auto', 'nccl' or 'staged'"):
         cuda_mode()
 
 
