@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -252,13 +253,18 @@ int gn_comm_init(void **comm, void **stream, int dev, int nranks, const void *id
 	return 0;
 }
 
-static int issue(void *comm, const gn_call *c, void *s, gn_status *st) {
+// issue makes call c on stream s. A PREMUL_SUM op it creates is stored in
+// *made (else -1), for the caller to destroy once the call (or its group)
+// has been issued.
+static int issue(void *comm, const gn_call *c, void *s, int *made, gn_status *st) {
 	int op = c->op, rc;
+	*made = -1;
 	if (c->premul) {
 		rc = L.RedOpCreatePreMulSum(&op, (void *)&c->scalar, c->dtype, SCALAR_HOST_IMMEDIATE, comm);
 		if (rc != 0) {
 			return nccl_fail(st, rc, "ncclRedOpCreatePreMulSum");
 		}
+		*made = op;
 	}
 	const char *what = "";
 	switch (c->kind) {
@@ -293,11 +299,6 @@ static int issue(void *comm, const gn_call *c, void *s, gn_status *st) {
 	default:
 		return nccl_fail(st, 4, "unknown call kind");
 	}
-	if (c->premul) {
-		// Allowed once the last call using the op has returned (NCCL's
-		// ops.rst); a call still in progress has taken what it needs.
-		L.RedOpDestroy(op, comm);
-	}
 	if (rc != 0 && rc != NCCL_IN_PROGRESS) {
 		return nccl_fail(st, rc, what);
 	}
@@ -318,32 +319,50 @@ int gn_launch(void *comm, int dev, uintptr_t user_, void *own, void *pre, void *
 		CUDA(L.StreamWaitEvent(own, pre, 0), "cudaStreamWaitEvent");
 		s = own;
 	}
-	int rc = 0;
-	const char *what = n > 0 ? "" : "ncclGroupEnd";
+	// PREMUL_SUM ops made for the calls, destroyed once the calls are
+	// issued (NCCL allows it once the last call using an op has returned;
+	// in a group, that is ncclGroupEnd).
+	int one = -1;
+	int *made = n > 1 ? (int *)malloc(sizeof(int) * (size_t)n) : &one;
+	if (made == NULL) {
+		return nccl_fail(st, 2, "malloc");
+	}
+	int rc = 0, failed = 0, issued = 0;
+	const char *what = "ncclGroupEnd";
 	if (n == 1) {
-		if (issue(comm, &calls[0], s, st) != 0) {
-			return 1;
-		}
+		failed = issue(comm, &calls[0], s, &made[0], st);
+		issued = 1;
 		rc = st->nccl;
 		what = st->what;
 	} else if (n > 1) {
 		rc = L.GroupStart();
 		if (rc != 0) {
+			free(made);
 			return nccl_fail(st, rc, "ncclGroupStart");
 		}
-		for (int i = 0; i < n; i++) {
-			if (issue(comm, &calls[i], s, st) != 0) {
-				L.GroupEnd();
-				return 1;
+		for (; issued < n && !failed; issued++) {
+			failed = issue(comm, &calls[issued], s, &made[issued], st);
+		}
+		int end_rc = L.GroupEnd();
+		if (!failed) {
+			rc = end_rc;
+			if (rc != 0 && rc != NCCL_IN_PROGRESS) {
+				failed = nccl_fail(st, rc, what);
 			}
 		}
-		rc = L.GroupEnd();
-		what = "ncclGroupEnd";
-		if (rc != 0 && rc != NCCL_IN_PROGRESS) {
-			return nccl_fail(st, rc, what);
+	}
+	if (!failed) {
+		failed = settle(comm, rc, deadline, what, st);
+	}
+	for (int i = 0; i < issued; i++) {
+		if (made[i] >= 0) {
+			L.RedOpDestroy(made[i], comm);
 		}
 	}
-	if (settle(comm, rc, deadline, what, st) != 0) {
+	if (made != &one) {
+		free(made);
+	}
+	if (failed) {
 		return 1;
 	}
 	CUDA(L.EventRecord(end, s), "cudaEventRecord");

@@ -29,7 +29,7 @@ import threading
 import torch
 
 from . import _checks, _errors, _lib, _types
-from ._args import _async
+from ._args import _async, _Outputs
 from .work import GodistWork, _Group, completer
 
 # dtype codes the NCCL path reduces (capi reads them as godist's codes;
@@ -53,26 +53,6 @@ def _dev_of(op: str, name: str, t) -> torch.Tensor:
 
 def _desc(t: torch.Tensor):
     return (t.data_ptr() or None, t.numel() * t.element_size())
-
-
-class _Contig:
-    """Contiguous stand-ins for non-contiguous outputs, copied back after
-    the op on the stream that orders after it."""
-
-    def __init__(self):
-        self.pairs = []
-
-    def prep(self, t: torch.Tensor) -> torch.Tensor:
-        if t.is_contiguous():
-            return t
-        c = t.contiguous()
-        self.pairs.append((t, c))
-        return c
-
-    def copy_back(self):
-        for t, c in self.pairs:
-            t.copy_(c)
-        self.pairs = []
 
 
 class CudaWork(GodistWork):
@@ -102,7 +82,7 @@ class CudaWork(GodistWork):
         if not self._ordered:
             self._ordered = True
             with torch.cuda.device(self._device):
-                self._contig.copy_back()
+                self._contig.finalize()
 
     def wait(self, timeout=None) -> bool:
         self._order()
@@ -172,7 +152,7 @@ class NcclPath:
 
     # ----- submission ---------------------------------------------------
     def _submit(self, op, entry, device, outputs, keep, async_op, contig=None, peer=-1, **fields):
-        contig = contig or _Contig()
+        contig = contig or _Outputs()
         ins, outs, dst = fields.pop("ins_list", None), fields.pop("outs_list", None), fields.pop("peer_", None)
         blk = _lib.GodistOp(pg=self._pg._h, op_code=_lib.OP_CODES[entry.__name__[len("godist_"):]], **fields)
         if ins is not None:
@@ -188,7 +168,7 @@ class NcclPath:
             self._batch[1].append((entry, blk, peer))
             self._batch[2].append(keep)
             self._batch[3].extend(outputs)
-            self._batch[4].pairs.extend(contig.pairs)
+            self._batch[4].copies.extend(contig.copies)
             return _Pending(op, outputs)
         self._ensure(device, peer)
         return self._launch(op, [(entry, blk)], device, outputs, keep, async_op, contig)
@@ -203,7 +183,7 @@ class NcclPath:
         else:
             h = self._run_batch([b for _, b in calls])
         if not async_op:
-            contig.copy_back()
+            contig.finalize()
             return _SyncWork(op, outputs, device)
         work = CudaWork(op, outputs, self._pg, device, contig)
         work._h = h
@@ -225,7 +205,7 @@ class NcclPath:
 
     # ----- coalescing (batch_isend_irecv, _coalescing_manager) ------------
     def start_batch(self, device):
-        self._batch = (device, [], [], [], _Contig())
+        self._batch = (device, [], [], [], _Outputs())
 
     def end_batch(self, async_op=True):
         batch, self._batch = self._batch, None
@@ -262,11 +242,12 @@ class NcclPath:
         t = _dev_of(op, "tensor", _checks.single_any(op, "tensors", tensors))
         return self._reduce_one(op, self._pg._raw_allreduce, t, opts, root=0)
 
-    def _reduce_one(self, op, entry, t, opts, root):
+    def _reduce_one(self, op, entry, t, opts, root, async_op=None):
         red = self._reduction(op, "tensor", t, opts)
-        contig = _Contig()
+        contig = _Outputs()
         buf = contig.prep(t)
-        return self._submit(op, entry, t.device, [t], buf, _async(opts), contig, buf=_desc(buf), root=root,
+        async_op = _async(opts) if async_op is None else async_op
+        return self._submit(op, entry, t.device, [t], buf, async_op, contig, buf=_desc(buf), root=root,
                             timeout_ms=self._timeout(opts), **red)
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -293,7 +274,7 @@ class NcclPath:
         op = "broadcast"
         t = _dev_of(op, "tensor", _checks.single_any(op, "tensors", tensors))
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._pg._size)
-        contig = _Contig()
+        contig = _Outputs()
         buf = contig.prep(t)
         return self._submit(op, self._pg._raw_broadcast, t.device, [t], buf, _async(opts), contig, buf=_desc(buf),
                             root=root, timeout_ms=self._timeout(opts))
@@ -312,7 +293,7 @@ class NcclPath:
         outl = [_dev_of(op, f"output_tensors[0][{i}]", o) for i, o in
                 enumerate(_checks.list_any(op, "output_tensors[0]", output_tensors[0], self._pg._size))]
         _checks.same_kind(op, "output_tensors[0]", outl, inp)
-        contig = _Contig()
+        contig = _Outputs()
         bufs = [contig.prep(o) for o in outl]
         return self._submit(op, self._pg._raw_allgather, inp.device, output_tensors, (inp, bufs), _async(opts),
                             contig, buf=_desc(inp), outs_list=[_desc(b) for b in bufs],
@@ -336,7 +317,7 @@ class NcclPath:
         if out.numel() != inp.numel() * self._pg._size:
             raise ValueError(f"godist: {op}: output has {out.numel()} elements, expected input's {inp.numel()} "
                              f"x group size {self._pg._size} = {inp.numel() * self._pg._size}")
-        contig = _Contig()
+        contig = _Outputs()
         buf = contig.prep(out)
         return self._submit(op, self._pg._raw_allgather, inp.device, [output], (inp, buf), _async(opts), contig,
                             buf=_desc(inp), out=_desc(buf), timeout_ms=self._timeout(opts))
@@ -355,7 +336,7 @@ class NcclPath:
         pg = self._pg
         inp = _dev_of(op, "input", _checks.single_any(op, "input_tensors", input_tensors)).contiguous()
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), pg._size)
-        contig = _Contig()
+        contig = _Outputs()
         bufs = []
         if pg._rank == root:
             if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != 1:
@@ -375,7 +356,7 @@ class NcclPath:
         pg = self._pg
         out = _dev_of(op, "output", _checks.single_any(op, "output_tensors", output_tensors))
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), pg._size)
-        contig = _Contig()
+        contig = _Outputs()
         obuf = contig.prep(out)
         lst = []
         if pg._rank == root:
@@ -403,7 +384,7 @@ class NcclPath:
 
     def _scatter_from(self, op, out, inp, opts):
         red = self._reduction(op, "output", out, opts)
-        contig = _Contig()
+        contig = _Outputs()
         obuf = contig.prep(out)
         return self._submit(op, self._pg._raw_reduce_scatter, out.device, [out], (inp, obuf), _async(opts), contig,
                             buf=_desc(inp), out=_desc(obuf), timeout_ms=self._timeout(opts), **red)
@@ -438,7 +419,7 @@ class NcclPath:
         for i, (o, t) in enumerate(zip(outl, ins)):
             if o.dtype != t.dtype:
                 raise TypeError(f"godist: {op}: output_tensors[{i}] has dtype {o.dtype} but input_tensors[{i}] has {t.dtype}")
-        contig = _Contig()
+        contig = _Outputs()
         obufs = [contig.prep(o) for o in outl]
         return self._submit(op, self._pg._raw_alltoall, ins[0].device, output_tensors, (ins, obufs), _async(opts),
                             contig, ins_list=[_desc(t) for t in ins], outs_list=[_desc(o) for o in obufs],
@@ -450,7 +431,7 @@ class NcclPath:
         inp = _dev_of(op, "input", input).contiguous()
         if out.dtype != inp.dtype:
             raise TypeError(f"godist: {op}: output has dtype {out.dtype} but input has {inp.dtype}")
-        contig = _Contig()
+        contig = _Outputs()
         obuf = contig.prep(out)
         ins = _checks.rows(op, "input", inp, input_split_sizes, self._pg._size)
         outl = _checks.rows(op, "output", obuf, output_split_sizes, self._pg._size)
@@ -465,7 +446,7 @@ class NcclPath:
         t = self._scratch.get(dev.index)
         if t is None:
             t = self._scratch[dev.index] = torch.zeros(1, device=dev)
-        self._reduce_one("barrier", self._pg._raw_allreduce, t, None, 0)
+        self._reduce_one("barrier", self._pg._raw_allreduce, t, None, 0, async_op=False)
         torch.cuda.current_stream(dev).synchronize()
         return _SyncWork("barrier", [], dev)
 
@@ -484,7 +465,7 @@ class NcclPath:
         src = _checks.rank(op, "source rank", srcRank, self._pg._size)
         if src == self._pg._rank:
             raise ValueError(f"godist: {op}: source rank {src} is this rank")
-        contig = _Contig()
+        contig = _Outputs()
         buf = contig.prep(t)
         work = self._submit(op, self._pg._raw_recv, t.device, [t], buf, True, contig, peer=src, buf=_desc(buf),
                             peer_=src)
