@@ -59,8 +59,11 @@ lint: deps
 	CGO_CFLAGS="$(GPUINFO_CFLAGS)" $(GO) vet ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 
-test-go: lint
-	CGO_CFLAGS="$(GPUINFO_CFLAGS)" $(GO) test -race -count=1 ./...
+# backends/nccl's tests check its tables against the nccl.h of the
+# nvidia-nccl wheel in $(VENV) and load the wheel's libraries, so the
+# virtual environment comes first.
+test-go: lint $(STAMP)
+	GODIST_TEST_VENV=$(abspath $(VENV)) CGO_CFLAGS="$(GPUINFO_CFLAGS)" $(GO) test -race -count=1 ./...
 
 test-py: install
 	$(PY) -m pytest python/tests
