@@ -15,7 +15,7 @@ import (
 )
 
 // NCCL's ncclDataType_t and ncclRedOp_t values (nccl.h, the same from 2.18
-// to 2.30; checked against the wheel's header by the Python tests).
+// to 2.30; header_test.go checks them against the wheel's nccl.h).
 const (
 	ncclInt8     = 0
 	ncclUint8    = 1
