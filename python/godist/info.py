@@ -28,7 +28,9 @@ import time
 SCHEMA = 1
 NATIVE_TIMEOUT_S = 30
 GPUINFO_TIMEOUT_S = 10
-NOT_USED = "godist does not use {} in this version: its GPU (NCCL) and MPI paths are not built yet"
+NOT_USED = "godist does not use {} in this version: its MPI path is not built yet"
+USED_FOR_CUDA = ("godist's NCCL path loads {} when a group first gets CUDA tensors (the copy torch has loaded, "
+                 "else this one): gpus.nccl_path says what it found")
 
 # The settings godist reads: name -> (default, what it does).
 SETTINGS = {
@@ -271,9 +273,10 @@ def _mpirun() -> dict | None:
 def _libraries() -> tuple[dict, dict]:
     """The native libraries' entries and the GPUs' entry of the report."""
     res = _native(_native_specs())
-    nccl = dict(res["nccl"], loaded_by_torch=_mapped("libnccl.so"), used_by_godist=False, note=NOT_USED.format("NCCL"))
-    cudart = dict(res["cudart"], loaded_by_torch=_mapped("libcudart.so"), used_by_godist=False,
-                  note=NOT_USED.format("the CUDA runtime"))
+    nccl = dict(res["nccl"], loaded_by_torch=_mapped("libnccl.so"), used_by_godist=True,
+                note=USED_FOR_CUDA.format("NCCL"))
+    cudart = dict(res["cudart"], loaded_by_torch=_mapped("libcudart.so"), used_by_godist=True,
+                  note=USED_FOR_CUDA.format("the CUDA runtime"))
     mpi = dict(res["mpi"], mpirun=_mpirun(), used_by_godist=False, note=NOT_USED.format("MPI"))
     nv = res["nvml"]
     gpus = {"driver": bool(nv.get("initialized")), "nvml_path": nv["path"], "driver_version": nv.get("driver_version"),
@@ -354,6 +357,27 @@ def _library() -> tuple[dict, object]:
         return out, None
     out.update(loaded=True, abi_version=lib.abi_version())
     return out, lib
+
+
+def _nccl_path(lib) -> dict:
+    """What godist's NCCL path loads here and where CUDA tensors go
+    (godist._nccl.nccl_info, plus ``cuda_tensors``)."""
+    from .process_group import cuda_mode
+
+    if lib is None:
+        info = {"available": False, "reason": "the godist library cannot be loaded", "devices": 0}
+    else:
+        try:
+            info = _json_call(lib.nccl_info)
+        except Exception as e:  # noqa: BLE001 - reported, never raised
+            info = {"available": False, "reason": f"godist_nccl_info failed: {e}", "devices": 0}
+    try:
+        mode = cuda_mode()
+    except ValueError:
+        mode = None
+    usable = info.get("available") and info.get("devices", 0) > 0
+    info["cuda_tensors"] = {"auto": "nccl" if usable else "staged", "nccl": "nccl", "staged": "staged"}.get(mode)
+    return info
 
 
 def _transport_setting() -> str:
@@ -519,6 +543,7 @@ def collect() -> dict:
     build = library["build"]
     libs, gpus = _libraries()
     gpus["gpuinfo"] = gpu_info()
+    gpus["nccl_path"] = _nccl_path(lib)
     settings = _settings()
     report = {
         "schema": SCHEMA,
@@ -582,6 +607,20 @@ def _lib_lines(name: str, e: dict) -> list[str]:
 _LEVELS = {"X": "the same board", "PIX": "through one PCIe switch", "PXB": "through several PCIe switches",
            "PHB": "through a PCIe host bridge", "NODE": "through the host bridges of one NUMA node",
            "SYS": "across NUMA nodes"}
+
+
+def _nccl_path_lines(n: dict) -> list[str]:
+    """The GPU section's lines about godist's NCCL path."""
+    if n["available"]:
+        head = (f"  NCCL path: NCCL {n['version']} from {n['nccl_from']}, CUDA runtime {n['cuda_runtime_version']} "
+                f"from {n['cudart_from']}, {n['devices']} CUDA device{'' if n['devices'] == 1 else 's'}")
+        out = [head] + ([f"    {n['devices_error']}"] if n.get("devices_error") else [])
+    else:
+        out = [f"  NCCL path: unavailable: {n['reason']}"]
+    where = {"nccl": "through NCCL", "staged": "through pinned host memory over godist's CPU transports (staged)"}
+    out.append(f"  CUDA tensors go {where[n['cuda_tensors']]}" if n["cuda_tensors"] else
+               "  CUDA tensors: GODIST_CUDA is invalid (see Settings)")
+    return out
 
 
 def _gpuinfo_lines(gi: dict) -> list[str]:
@@ -681,8 +720,8 @@ def render(r: dict) -> str:
                                                   f"({_size(d['memory_free'])} free)"))
         if not gp["devices"] and not gp["reason"]:
             out.append("  no GPUs")
-        out.append("  godist runs its collectives on CPU tensors only in this version")
     out += _gpuinfo_lines(gp["gpuinfo"])
+    out += _nccl_path_lines(gp["nccl_path"])
 
     env = r["env"]
     out += ["", "Settings"]

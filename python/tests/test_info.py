@@ -96,8 +96,13 @@ def test_json_matches_this_machine(report):
     tcp = t["tcp"]
     assert tcp["usable"] and tcp["fabric"] == "tcp" and tcp["bind"] is None and tcp["addresses"][0] == "127.0.0.1"
 
-    for key in ("nccl", "cuda_runtime", "mpi"):
-        assert report[key]["used_by_godist"] is False and "does not use" in report[key]["note"]
+    for key in ("nccl", "cuda_runtime"):
+        assert report[key]["used_by_godist"] is True and "NCCL path" in report[key]["note"]
+    assert report["mpi"]["used_by_godist"] is False and "does not use" in report["mpi"]["note"]
+    n = report["gpus"]["nccl_path"]
+    assert n["available"] and n["version"] == ".".join(map(str, torch.cuda.nccl.version()))
+    if not torch.cuda.is_available():
+        assert n["devices"] == 0 and n["cuda_tensors"] == "staged" and "cudaGetDeviceCount" in n["devices_error"]
 
 
 def test_json_keys_are_documented(report):
