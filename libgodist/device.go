@@ -237,15 +237,24 @@ func (pg *ProcessGroup) DeviceRun(name string, op DeviceOp) (*Work, error) {
 	cancel()
 	w := newWork(name, seq)
 	if err != nil {
-		oe := &OpError{Op: name, Seq: seq, Group: pg.cfg.Group, Peer: -1, Err: err}
 		if errors.Is(err, backend.ErrUnsupported) {
-			return nil, &invalidError{msg: oe.Error()}
+			return nil, invalidf("%s (seq %d) in group %q failed: %v", name, seq, pg.cfg.Group, err)
 		}
+		oe := &OpError{Op: name, Seq: seq, Group: pg.cfg.Group, Peer: -1, Err: err}
 		d.fail(c, oe)
 		return nil, oe
 	}
 	o := &deviceOp{w: w, comm: c, ev: ev, deadline: start.Add(timeout), timeout: timeout}
 	d.mu.Lock()
+	if d.closed {
+		// The group closed while Launch ran: closeDevice has taken the
+		// ops in flight already and its watchdog has ended (or never
+		// started), so no one would complete this one.
+		err := d.usable()
+		d.mu.Unlock()
+		c.c.Release(ev)
+		return nil, err
+	}
 	d.ops[w] = o
 	d.order = append(d.order, o)
 	if !d.started {
