@@ -158,6 +158,14 @@ func (pg *ProcessGroup) DeviceOpen(device, peer int, id []byte) error {
 		_ = c.Close(context.Background())
 		return err
 	}
+	if have, ok := d.comms[peer]; ok { // opened meanwhile by another caller: keep the first
+		c.Abort()
+		_ = c.Close(context.Background())
+		if have.device != device {
+			return invalidf("group %q already uses cuda:%d on this rank, not cuda:%d", pg.cfg.Group, have.device, device)
+		}
+		return nil
+	}
 	d.comms[peer] = &deviceComm{c: c, device: device, peer: peer, rank: s.Rank}
 	return nil
 }

@@ -53,6 +53,7 @@ SETTINGS = {
 }
 # Read only by godist's own tests and benchmarks: recognized, never warned about.
 TEST_SETTINGS = {
+    "GODIST_TEST_VENV": "go test ./backends/nccl/: the virtual environment whose nvidia wheels the tests load",
     "GODIST_BENCH_GLOO_NO_RS": "python -m godist.bench: behave as if gloo lacked reduce_scatter_tensor",
     "GODIST_TEST_PYTHON": "Go tests: the Python that runs torch's stores against godist's",
     "GODIST_STORE_LOAD": "store load test (python/tests/test_store_interop.py): clients x ops",
