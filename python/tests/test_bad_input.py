@@ -43,12 +43,15 @@ def _cases(rank, n, pg):
         ("all_to_all_single bad splits", lambda: dist.all_to_all_single(torch.zeros(4 * n), torch.zeros(4 * n), [1] * n, [2] * n), (ValueError,), "split"),
     ]
     if torch.cuda.is_available():
-        # Only on a GPU host: a real CUDA tensor is refused by name, by torch's
-        # dispatch (godist registers for the CPU) and by godist's own check.
+        # Only on a GPU host: CUDA tensors go to the device path, which names
+        # what it refuses before any communicator is made.
         cases += [
-            ("cuda tensor", lambda: dist.all_reduce(torch.ones(4, device="cuda")), (RuntimeError, ValueError), "cuda"),
-            ("cuda tensor (backend)", lambda: pg._get_backend(torch.device("cpu")).allreduce(
-                [torch.ones(4, device="cuda")], opts), (ValueError,), "device cuda"),
+            ("cpu and cuda tensors mixed", lambda: dist.all_gather([torch.ones(4) for _ in range(n)],
+                                                                   torch.ones(4, device="cuda")), (ValueError,),
+             "CUDA tensors"),
+            ("BAND on cuda", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32, device="cuda"),
+                                                     op=dist.ReduceOp.BAND),
+             (ValueError,), "bitwise"),
         ]
     if n > 1:
         cases.append(("all_to_all_single indivisible",
