@@ -130,14 +130,18 @@ class NcclPath:
         self._lock = threading.Lock()
         self._batch = None  # (device, [(entry, block)], keep, outputs, contig) while coalescing
         self._scratch = {}  # device index -> one-element tensor for barrier
+        self._ready = set()  # communicators made: -1 for the group's, else the peer of a pair
 
     # ----- communicators ------------------------------------------------
     def _ensure(self, device: torch.device, peer: int = -1):
         """Make the communicator an op needs, if there is none yet."""
-        pg, lib = self._pg, self._lib
-        if lib.device_has(pg._h, -1) or (peer >= 0 and lib.device_has(pg._h, peer)):
+        ready = self._ready
+        if -1 in ready or peer in ready:
             return
+        pg, lib = self._pg, self._lib
         with self._lock:
+            if -1 in ready or peer in ready:
+                return
             if peer < 0:
                 key, lead = "godist/nccl/group", pg._rank == 0
             else:
@@ -149,6 +153,7 @@ class NcclPath:
             else:
                 uid = bytes(pg._store.get(key))
             lib.device_open(pg._h, device.index, peer, uid, len(uid))
+            ready.add(peer)
 
     # ----- submission ---------------------------------------------------
     def _submit(self, op, entry, device, outputs, keep, async_op, contig=None, peer=-1, **fields):
