@@ -399,3 +399,39 @@ def test_gpu_staged_through_the_group(n):
     results = run_world(staged_worker, n, timeout=240)
     problems = [f"rank {r}: {p}" for r, ps in enumerate(results) for p in ps]
     assert not problems, "\n".join(problems)
+
+
+def fsdp_worker(rank, n, init_file):
+    """FSDP2 (fully_shard) of a small CUDA model over godist and over torch's
+    nccl: the same parameters after a few steps, bitwise."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    ref = _setup(rank, n, init_file)
+    finals = []
+    for group in (dist.group.WORLD, ref):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 4)).cuda()
+        mesh = DeviceMesh.from_group(group, "cuda")
+        for m in model:
+            if isinstance(m, torch.nn.Linear):
+                fully_shard(m, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(4):
+            x = torch.randn(16, 32, generator=g).cuda()
+            y = torch.randint(0, 4, (16,), generator=g).cuda()
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        finals.append(torch.cat([p.full_tensor().detach().reshape(-1).cpu() for p in model.parameters()]))
+    return torch.equal(finals[0], finals[1])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("n", [1, 2])
+def test_gpu_fsdp2_matches_torch_nccl(n):
+    assert run_world(fsdp_worker, n, timeout=240) == [True] * n
