@@ -249,6 +249,10 @@ func (pg *ProcessGroup) DeviceRun(name string, op DeviceOp) (*Work, error) {
 			return nil, invalidf("%s (seq %d) in group %q failed: %v", name, seq, pg.cfg.Group, err)
 		}
 		oe := &OpError{Op: name, Seq: seq, Group: pg.cfg.Group, Peer: -1, Err: err}
+		var te interface{ Timeout() bool }
+		if errors.As(err, &te) && te.Timeout() {
+			oe.After, oe.Err = timeout, errLaunchTimeout{err}
+		}
 		d.fail(c, oe)
 		return nil, oe
 	}
@@ -348,6 +352,14 @@ func (e errDeviceTimeout) Error() string {
 		"the communicator was aborted", e.dev)
 }
 func (e errDeviceTimeout) Unwrap() error { return transport.ErrTimeout }
+
+// errLaunchTimeout is the Err of an op whose enqueueing outlived its
+// deadline (a non-blocking NCCL call that stayed in progress: a peer that
+// never joined); like errDeviceTimeout, OpError.Timeout reports it.
+type errLaunchTimeout struct{ err error }
+
+func (e errLaunchTimeout) Error() string   { return e.err.Error() }
+func (e errLaunchTimeout) Unwrap() []error { return []error{e.err, transport.ErrTimeout} }
 
 // watch is the watchdog: it polls the ops in flight until the path
 // closes.

@@ -10,9 +10,9 @@
 // (the build constraint above keeps the go tool from compiling this file
 // into the package next to it). "Device memory" is host memory; work runs
 // at the call, so an event recorded after it is done at once, except when
-// the test has the fake hang (fake_set_hang): collectives then do nothing
-// and events recorded after them on the same stream stay not ready until
-// their communicator is aborted. Only one-rank communicators are
+// the test has the fake hang (fake_set_hang): collectives then do nothing,
+// events recorded after them on the same stream stay not ready and a
+// group stays in progress, until their communicator is aborted. Only one-rank communicators are
 // supported. Misuse the real libraries would not report (a PREMUL_SUM op
 // destroyed while a grouped call still uses it, a call on an aborted or
 // destroyed communicator) is recorded; fake_errors returns it.
@@ -494,7 +494,8 @@ EXPORT int ncclGroupStart(void) {
 // ncclGroupEnd runs the group's calls: the collectives in order, each
 // receive taking the bytes of the next unmatched send (to self). Like a
 // non-blocking communicator's, it answers ncclInProgress, and the
-// communicators settle after one more ncclCommGetAsyncError.
+// communicators settle after one more ncclCommGetAsyncError (never while
+// the fake hangs: they stay in progress until aborted).
 EXPORT int ncclGroupEnd(void) {
 	pthread_mutex_lock(&mu);
 	if (group_depth == 0) {
@@ -544,7 +545,8 @@ EXPORT int ncclGroupEnd(void) {
 		}
 	}
 	if (rc == ncclSuccess && any) {
-		for (int i = 0; i < npending; i++) pending[i].comm->polls = 1;
+		// Hanging, the group stays in progress (a peer that never joins).
+		for (int i = 0; i < npending; i++) pending[i].comm->polls = hang ? 1 << 30 : 1;
 		rc = ncclInProgress;
 	}
 	npending = 0;

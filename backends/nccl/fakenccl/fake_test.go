@@ -282,6 +282,35 @@ func TestHang(t *testing.T) {
 	noMisuse(t)
 }
 
+// TestHangInGroup: a group that stays in progress (a peer that never
+// joins) fails the op when its deadline passes, as a timeout, before
+// anything is enqueued after it.
+func TestHangInGroup(t *testing.T) {
+	need(t)
+	pg := group(t)
+	before := fakenccl.GetCounts()
+	fakenccl.SetHang(true)
+	defer fakenccl.SetHang(false)
+	src, dst := mem(t, 8), mem(t, 8)
+	start := time.Now()
+	_, err := pg.DeviceRun("send_recv", libgodist.DeviceOp{Device: 0, Peer: 0, Timeout: 100 * time.Millisecond,
+		Calls: []backend.DeviceCall{
+			{Kind: backend.CallSend, Send: src.Addr(), Count: 8, Bytes: true, Root: 0},
+			{Kind: backend.CallRecv, Recv: dst.Addr(), Count: 8, Bytes: true, Root: 0},
+		}})
+	require.Less(t, time.Since(start), time.Second)
+	var oe *libgodist.OpError
+	require.ErrorAs(t, err, &oe)
+	require.True(t, oe.Timeout(), "%v", err)
+	var ne *nccl.Error
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout())
+	require.Equal(t, before.Aborts+1, fakenccl.GetCounts().Aborts)
+	_, err = pg.DeviceRun("send_recv", libgodist.DeviceOp{Device: 0, Peer: 0})
+	require.ErrorIs(t, err, libgodist.ErrBroken)
+	noMisuse(t)
+}
+
 // waitDone waits up to d for w to complete.
 func waitDone(w *libgodist.Work, d time.Duration) error {
 	select {
