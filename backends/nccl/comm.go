@@ -74,6 +74,7 @@ func NewComm(ctx context.Context, s backend.DeviceSetup) (*Comm, error) {
 	if C.gn_event_create(C.int(c.dev), &c.pre, &st) != 0 {
 		err := statusError(&st, nil)
 		c.Abort()
+		_ = c.Close(ctx) // the stream
 		return nil, err
 	}
 	return c, nil
@@ -228,7 +229,9 @@ func (c *Comm) Close(ctx context.Context) error {
 	}
 	c.evs, c.free = nil, nil
 	c.evMu.Unlock()
-	C.gn_event_destroy(c.pre, &st)
+	if c.pre != nil {
+		C.gn_event_destroy(c.pre, &st)
+	}
 	C.gn_stream_destroy(C.int(c.dev), c.own, &st)
 	C.free(unsafe.Pointer(c.scratch))
 	c.scratch, c.nfit = nil, 0

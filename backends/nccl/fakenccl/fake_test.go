@@ -389,3 +389,37 @@ func TestClose(t *testing.T) {
 	require.Equal(t, before.LiveStreams, c.LiveStreams, "the stream is destroyed")
 	noMisuse(t)
 }
+
+// TestOpenFails: a communicator whose initialization fails is aborted and
+// its stream destroyed, and the group can try again.
+func TestOpenFails(t *testing.T) {
+	need(t)
+	pg, err := libgodist.New(libgodist.Config{Rank: 0, Size: 1, Group: "open-fails", Timeout: 10 * time.Second},
+		backend.Set{Accelerator: nccl.Accelerator{}})
+	require.NoError(t, err)
+	defer pg.Close()
+	id, err := pg.DeviceID()
+	require.NoError(t, err)
+	before := fakenccl.GetCounts()
+	fakenccl.SetAsyncError(6)
+	err = pg.DeviceOpen(0, libgodist.GroupComm, id)
+	fakenccl.SetAsyncError(0)
+	var ne *nccl.Error
+	require.ErrorAs(t, err, &ne)
+	require.Equal(t, 6, ne.NCCL)
+	require.Equal(t, "ncclCommInitRankConfig", ne.Call)
+	c := fakenccl.GetCounts()
+	require.Equal(t, before.Aborts+1, c.Aborts)
+	require.Equal(t, before.LiveComms, c.LiveComms)
+	require.Equal(t, before.LiveStreams, c.LiveStreams)
+	require.Equal(t, before.LiveEvents, c.LiveEvents)
+	require.False(t, pg.HasDeviceComm(libgodist.GroupComm))
+
+	err = pg.DeviceOpen(1, libgodist.GroupComm, id)
+	require.ErrorAs(t, err, &ne)
+	require.Equal(t, "cudaSetDevice", ne.Call)
+	require.Equal(t, 101, ne.CUDA)
+
+	require.NoError(t, pg.DeviceOpen(0, libgodist.GroupComm, id))
+	noMisuse(t)
+}
