@@ -1,10 +1,7 @@
-// Package fakenccl tests backends/nccl and the engine's device path end to
-// end without a GPU, against fake_nccl.c: a fake NCCL and CUDA runtime on
-// host memory, built into a shared object by the tests and loaded by
-// backends/nccl through GODIST_NCCL_LIBRARY and GODIST_CUDART_LIBRARY.
 // This file reaches the fake's test controls (fake_set_hang, fake_counts,
-// ...) in the same loaded copy, and host memory that stands in for device
-// memory.
+// ...) in the copy of the fake that backends/nccl loaded, and host memory
+// that stands in for device memory.
+
 package fakenccl
 
 /*
