@@ -43,6 +43,11 @@ func allReduce(c *comm, buf []byte, s reduceSpec) error {
 }
 
 func allReduceRun(c *comm, buf []byte, s reduceSpec) error {
+	if t, ok := c.offload.(backend.TypedOffload); ok {
+		if done, err := offloaded(t.AllReduceTyped(c.ctx, buf, s.reduction())); done {
+			return err
+		}
+	}
 	if c.offload != nil {
 		if done, err := offloaded(c.offload.AllReduce(c.ctx, buf, s.dt.Size(), s.combine3)); done {
 			return err
@@ -104,7 +109,13 @@ func reduceScatter(c *comm, ins [][]byte, out []byte, s reduceSpec) error {
 		return s.post(out, 1)
 	}
 	done := false
-	if c.offload != nil {
+	if t, ok := c.offload.(backend.TypedOffload); ok {
+		var err error
+		if done, err = offloaded(t.ReduceScatterTyped(c.ctx, ins, out, s.reduction())); err != nil {
+			return err
+		}
+	}
+	if c.offload != nil && !done {
 		var err error
 		if done, err = offloaded(c.offload.ReduceScatter(c.ctx, ins, out, s.dt.Size(), s.combine3)); err != nil {
 			return err
@@ -137,4 +148,49 @@ func barrier(c *comm) error {
 		}
 	}
 	return barrierDissemination(c)
+}
+
+// reduceRooted reduces every rank's buf into root's (reduce_tree.go); the
+// other ranks' buffers are left unchanged.
+func reduceRooted(c *comm, buf []byte, root int, s reduceSpec) error {
+	if t, ok := c.offload.(backend.TypedOffload); ok && c.size > 1 {
+		acc := buf
+		if c.rank != root && s.op == reduce.PremulSum {
+			acc = append([]byte(nil), buf...)
+		}
+		if err := s.pre(acc); err != nil {
+			return err
+		}
+		done, err := offloaded(t.ReduceTyped(c.ctx, acc, root, s.reduction()))
+		if done {
+			if err != nil || c.rank != root {
+				return err
+			}
+			return s.post(buf, c.size)
+		}
+		if c.rank == root && s.op == reduce.PremulSum {
+			s.op = reduce.Sum // the root's buffer is scaled already
+		}
+	}
+	return reduceTo(c, buf, root, s)
+}
+
+// gatherRooted collects every rank's in into root's outs (gather.go).
+func gatherRooted(c *comm, in []byte, outs [][]byte, root int) error {
+	if t, ok := c.offload.(backend.TypedOffload); ok {
+		if done, err := offloaded(t.Gather(c.ctx, in, outs, root)); done {
+			return err
+		}
+	}
+	return gather(c, in, outs, root)
+}
+
+// scatterRooted sends root's ins[r] to rank r's out (gather.go).
+func scatterRooted(c *comm, ins [][]byte, out []byte, root int) error {
+	if t, ok := c.offload.(backend.TypedOffload); ok {
+		if done, err := offloaded(t.Scatter(c.ctx, ins, out, root)); done {
+			return err
+		}
+	}
+	return scatter(c, ins, out, root)
 }

@@ -100,7 +100,7 @@ func (pg *ProcessGroup) Reduce(buf []byte, root int, a ReduceArgs, o Opts) (*Wor
 	if err != nil {
 		return nil, err
 	}
-	return pg.submit("reduce", o, func(c *comm) error { return reduceTo(c, buf, root, s) }), nil
+	return pg.submit("reduce", o, func(c *comm) error { return reduceRooted(c, buf, root, s) }), nil
 }
 
 // AllGather copies every rank's in into outs[rank] on every rank.
@@ -134,7 +134,7 @@ func (pg *ProcessGroup) Gather(in []byte, outs [][]byte, root int, o Opts) (*Wor
 			return nil, err
 		}
 	}
-	return pg.submit("gather", o, func(c *comm) error { return gather(c, in, outs, root) }), nil
+	return pg.submit("gather", o, func(c *comm) error { return gatherRooted(c, in, outs, root) }), nil
 }
 
 // Scatter sends root's ins[i] to rank i's out (ins is ignored elsewhere).
@@ -147,7 +147,7 @@ func (pg *ProcessGroup) Scatter(ins [][]byte, out []byte, root int, o Opts) (*Wo
 			return nil, err
 		}
 	}
-	return pg.submit("scatter", o, func(c *comm) error { return scatter(c, ins, out, root) }), nil
+	return pg.submit("scatter", o, func(c *comm) error { return scatterRooted(c, ins, out, root) }), nil
 }
 
 // AllToAll sends ins[j] to rank j's outs[rank]; blocks may differ in size

@@ -3,6 +3,7 @@ package libgodist
 import (
 	"strings"
 
+	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/reduce"
 )
 
@@ -44,3 +45,13 @@ func (s reduceSpec) combine(dst, src []byte) error { return reduce.Combine(s.op,
 
 // combine3 sets dst = a (op) b (the shape of backend.Combine).
 func (s reduceSpec) combine3(dst, a, b []byte) error { return reduce.Combine3(s.op, s.dt, dst, a, b) }
+
+// reduction is the spec as a TypedOffload takes it: AVG and PREMUL_SUM
+// combine as SUM (pre and post scale).
+func (s reduceSpec) reduction() backend.Reduction {
+	op := s.op
+	if op == reduce.Avg || op == reduce.PremulSum {
+		op = reduce.Sum
+	}
+	return backend.Reduction{DType: s.dt, Op: op}
+}

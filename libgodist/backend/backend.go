@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/wire"
 )
@@ -86,6 +87,34 @@ type Offload interface {
 	Abort(err error)
 	// Close releases the offload. Idempotent.
 	Close() error
+}
+
+// Reduction is the element type and combining op of a reduction as a
+// TypedOffload gets it: AVG and PREMUL_SUM arrive as SUM (the engine
+// scales before and after).
+type Reduction struct {
+	DType reduce.DType
+	Op    reduce.Op
+}
+
+// TypedOffload is an Offload that reduces with its own kernels (an MPI
+// library's) given the element type and op rather than a Combine, and that
+// also carries the rooted collectives. The engine prefers these methods
+// when a group's offload has them; ErrDeclined leaves an op to the engine.
+type TypedOffload interface {
+	Offload
+	// AllReduceTyped reduces buf in place across the group.
+	AllReduceTyped(ctx context.Context, buf []byte, r Reduction) error
+	// ReduceTyped leaves the reduction in root's buf; the other ranks'
+	// buf is only read.
+	ReduceTyped(ctx context.Context, buf []byte, root int, r Reduction) error
+	// ReduceScatterTyped leaves in out the reduction over all ranks of
+	// ins[rank].
+	ReduceScatterTyped(ctx context.Context, ins [][]byte, out []byte, r Reduction) error
+	// Gather places every rank's in at root's outs[rank].
+	Gather(ctx context.Context, in []byte, outs [][]byte, root int) error
+	// Scatter copies root's ins[r] into rank r's out.
+	Scatter(ctx context.Context, ins [][]byte, out []byte, root int) error
 }
 
 // ErrDeclined is returned by an Offload method that leaves the op to the
