@@ -41,6 +41,28 @@ lib: deps
 	cp capi/godist.h python/godist/godist.h
 	@mkdir -p python/godist/bin
 	CGO_CFLAGS="$(GPUINFO_CFLAGS)" $(GO) build -o python/godist/bin/godist-gpuinfo ./cmd/godist-gpuinfo
+	@$(MAKE) --no-print-directory mpi-shims
+
+# The MPI shims (backends/mpi/shim), one per MPI implementation whose mpicc
+# is installed; libgodist.so loads the one matching the launcher at run
+# time and never links MPI itself.
+MPI_SHIM_SRC := backends/mpi/shim/godist_mpi.c backends/mpi/shim/godist_mpi.h
+MPI_SHIM_CFLAGS := -shared -fPIC -O2
+MPI_SHIMS := $(if $(shell command -v mpicc.openmpi 2>/dev/null),python/godist/mpi/libgodist_mpi_openmpi.so) \
+	$(if $(shell command -v mpicc.mpich 2>/dev/null),python/godist/mpi/libgodist_mpi_mpich.so)
+
+.PHONY: mpi-shims
+mpi-shims: $(MPI_SHIMS)
+	@command -v mpicc.openmpi >/dev/null 2>&1 || echo "skipped libgodist_mpi_openmpi.so: mpicc.openmpi not found"
+	@command -v mpicc.mpich >/dev/null 2>&1 || echo "skipped libgodist_mpi_mpich.so: mpicc.mpich not found"
+
+python/godist/mpi/libgodist_mpi_openmpi.so: $(MPI_SHIM_SRC)
+	@mkdir -p $(@D)
+	mpicc.openmpi $(MPI_SHIM_CFLAGS) -o $@ backends/mpi/shim/godist_mpi.c
+
+python/godist/mpi/libgodist_mpi_mpich.so: $(MPI_SHIM_SRC)
+	@mkdir -p $(@D)
+	mpicc.mpich $(MPI_SHIM_CFLAGS) -o $@ backends/mpi/shim/godist_mpi.c
 
 install: $(STAMP) deps
 	$(PY) -m pip install --no-build-isolation --no-deps -e .
@@ -85,4 +107,4 @@ bench: install
 
 clean:
 	rm -rf build dist python/*.egg-info python/godist/libgodist.so python/godist/libgodist.h python/godist/godist.h \
-		python/godist/bin
+		python/godist/bin python/godist/mpi

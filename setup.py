@@ -47,7 +47,9 @@ def find_go() -> str:
     return go
 
 
-# The native files the package ships, relative to its directory.
+# The native files the package ships, relative to its directory (the MPI
+# shims aside: they NEED an MPI library the user installs, are optional, and
+# do not decide the wheel's platform tag).
 GPUINFO = os.path.join("bin", "godist-gpuinfo")
 NATIVE = ["libgodist.so", GPUINFO]
 
@@ -64,6 +66,29 @@ def build_library(dest_dir: str) -> None:
     env["CGO_CFLAGS"] = os.environ.get("CGO_CFLAGS", "-O2 -g") + " -Wno-deprecated-declarations"
     subprocess.check_call([go, "build", "-trimpath", "-o", os.path.join(dest_dir, GPUINFO), "./cmd/godist-gpuinfo"],
                           cwd=ROOT, env=env)
+    build_mpi_shims(dest_dir)
+
+
+# The MPI shims (backends/mpi/shim): one per MPI implementation whose mpicc
+# is installed, each linked against its own MPI and loaded by libgodist.so
+# only when MPI is used. A build where no mpicc exists ships none.
+MPI_SHIMS = {"openmpi": "mpicc.openmpi", "mpich": "mpicc.mpich"}
+
+
+def build_mpi_shims(dest_dir: str) -> list[str]:
+    out_dir = os.path.join(dest_dir, "mpi")
+    src = os.path.join(ROOT, "backends", "mpi", "shim", "godist_mpi.c")
+    built = []
+    for impl, cc in MPI_SHIMS.items():
+        path = shutil.which(cc)
+        if not path:
+            print(f"godist: skipped the {impl} MPI shim: {cc} not found")
+            continue
+        os.makedirs(out_dir, exist_ok=True)
+        out = os.path.join(out_dir, f"libgodist_mpi_{impl}.so")
+        subprocess.check_call([path, "-shared", "-fPIC", "-O2", "-o", out, src], cwd=ROOT)
+        built.append(out)
+    return built
 
 
 class BuildPy(build_py):
@@ -167,7 +192,7 @@ setup(
     python_requires=">=3.10",
     package_dir={"": "python"},
     packages=find_packages(where="python"),  # godist and its subpackages (godist.bench)
-    package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h", "py.typed", GPUINFO]},
+    package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h", "py.typed", GPUINFO, "mpi/*.so"]},
     install_requires=["torch>=2.11"],
     entry_points={
         "torch.distributed.backends": ["godist = godist:_register"],

@@ -1,0 +1,332 @@
+// Package mpi reaches MPI through godist's MPI shims (shim/godist_mpi.h):
+// one small library per MPI implementation (libgodist_mpi_openmpi.so,
+// libgodist_mpi_mpich.so), each linked against its own MPI. Open picks the
+// one matching the launcher, dlopens it RTLD_GLOBAL (loader.c) and
+// initialises MPI on a goroutine locked to its OS thread for the life of
+// the process, so libgodist.so itself never links MPI and loads where none
+// is installed.
+//
+// Threads: Open asks for MPI_THREAD_MULTIPLE. When MPI provides less
+// (Provided < 3, or MPI was initialised by someone else at a lower level),
+// every call of a Lib is serialised by one process-wide mutex; that makes
+// SERIALIZED correct, and FUNNELED or SINGLE correct only as long as no
+// other code in the process calls MPI from another thread at the same
+// time. MPI_Init_thread and MPI_Finalize always run on the init goroutine's
+// thread, as the MPI standard wants.
+//
+// Memory: MPI keeps the buffers of a non-blocking call (the I* methods)
+// until its request completes, so they must not be Go memory (the Go
+// garbage collector may move or free it): in production they are tensor
+// memory allocated by torch, and Alloc gives C memory for temporaries.
+// Count and displacement slices may be Go memory: the shim converts them
+// into arrays of its own during the call.
+package mpi
+
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "loader.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// ErrUnavailable is wrapped by the errors of Open when no MPI shim can be
+// chosen or loaded, or MPI cannot be initialised.
+var ErrUnavailable = errors.New("MPI is unavailable")
+
+// ABIVersion is the shim ABI (GM_ABI_VERSION) this package drives.
+const ABIVersion = 1
+
+// The shim's own error codes (godist_mpi.h).
+const (
+	ErrArg     = 100001 // GM_ERR_ARG: an argument the shim refuses
+	ErrNotInit = 100002 // GM_ERR_NOT_INIT: MPI is not initialised or already finalised
+	errNoShim  = 100003 // GML_NOT_LOADED (loader.h)
+)
+
+// Impls are the MPI implementations with a shim, in the order Open tries
+// them for a process started without a launcher.
+var Impls = []string{"openmpi", "mpich"}
+
+// ShimName is the file name of impl's shim.
+func ShimName(impl string) string { return "libgodist_mpi_" + impl + ".so" }
+
+// Environment variables the launchers set (reference: docs of Open MPI,
+// MPICH Hydra's pmip_cb.c).
+var (
+	openMPIVars = []string{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}
+	mpichVars   = []string{"PMI_RANK", "PMI_SIZE", "PMI_ID", "PMI_FD", "PMI_PORT", "MPI_LOCALNRANKS"}
+)
+
+// Comm is a communicator of the shim; World is MPI_COMM_WORLD.
+type Comm int32
+
+// World is MPI_COMM_WORLD.
+const World Comm = 0
+
+// Request is a pending non-blocking operation; Test completes it.
+type Request int64
+
+// Error is a failed MPI call.
+type Error struct {
+	Call string // "MPI_Iallreduce"
+	Code int    // the MPI error code, or ErrArg / ErrNotInit
+	Text string // MPI_Error_string's text
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: MPI error %d (%s)", e.Call, e.Code, e.Text) }
+
+// Lib is MPI, loaded and initialised. Its methods may be called from any
+// goroutine.
+type Lib struct {
+	Impl                string // "openmpi" or "mpich": what the shim was built against
+	Shim                string // the shim's path
+	Version             string // the first line of MPI_Get_library_version
+	Provided            int    // the thread level: 0 SINGLE .. 3 MULTIPLE
+	ProvidedName        string // "MPI_THREAD_MULTIPLE" ...
+	InitializedByGodist bool   // Open called MPI_Init_thread (and Finalize will finalise)
+	WorldRank           int
+	WorldSize           int
+	TagUB               int // MPI_TAG_UB
+	ProcessorName       string
+
+	calls chan func() // run on the init goroutine's thread
+
+	finMu     sync.Mutex
+	finalized bool
+	finErr    error
+
+	commMu sync.Mutex
+	comms  map[Comm]commInfo
+}
+
+type commInfo struct{ rank, size int }
+
+// ThreadLevelNames are the names of the thread levels 0..3.
+var ThreadLevelNames = [4]string{"MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED", "MPI_THREAD_SERIALIZED",
+	"MPI_THREAD_MULTIPLE"}
+
+var (
+	openOnce sync.Once
+	opened   *Lib
+	openErr  error
+	serial   sync.Mutex // held around every call when Provided < 3
+)
+
+// Open loads an MPI shim and initialises MPI, once per process: later
+// calls return the same *Lib or the same error. The shim is, in order:
+// the path in GODIST_MPI_SHIM; dir's shim of GODIST_MPI (openmpi or
+// mpich); dir's shim of the implementation whose launcher started the
+// process (OMPI_COMM_WORLD_* for Open MPI; PMI_* or MPI_LOCALNRANKS for
+// MPICH's Hydra); without a launcher, the first of dir's shims present in
+// the order of Impls. If MPI is already initialised (mpi4py, torch's mpi
+// backend), Open uses it and never finalises it.
+func Open(dir string) (*Lib, error) {
+	openOnce.Do(func() { opened, openErr = open(dir) })
+	return opened, openErr
+}
+
+// chooseShim returns the shim's path and how it was chosen.
+func chooseShim(dir string) (string, error) {
+	if p := os.Getenv("GODIST_MPI_SHIM"); p != "" {
+		return p, nil
+	}
+	if impl := os.Getenv("GODIST_MPI"); impl != "" {
+		for _, i := range Impls {
+			if impl == i {
+				return filepath.Join(dir, ShimName(i)), nil
+			}
+		}
+		return "", fmt.Errorf("%w: GODIST_MPI=%q is none of %s", ErrUnavailable, impl, strings.Join(Impls, ", "))
+	}
+	for _, v := range openMPIVars {
+		if _, ok := os.LookupEnv(v); ok {
+			return filepath.Join(dir, ShimName("openmpi")), nil
+		}
+	}
+	for _, v := range mpichVars {
+		if _, ok := os.LookupEnv(v); ok {
+			return filepath.Join(dir, ShimName("mpich")), nil
+		}
+	}
+	var tried []string
+	for _, i := range Impls {
+		p := filepath.Join(dir, ShimName(i))
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		tried = append(tried, p)
+	}
+	return "", fmt.Errorf("%w: no MPI shim: GODIST_MPI_SHIM and GODIST_MPI are unset, no launcher variable is set (%s), "+
+		"and none of %s exists", ErrUnavailable, strings.Join(append(append([]string{}, openMPIVars...), mpichVars...), ", "),
+		strings.Join(tried, ", "))
+}
+
+func open(dir string) (*Lib, error) {
+	path, err := chooseShim(dir)
+	if err != nil {
+		return nil, err
+	}
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	var msg [1024]C.char
+	if C.gml_load(cs, &msg[0], C.int(len(msg))) != 0 {
+		return nil, fmt.Errorf("%w: cannot load the MPI shim %s: %s", ErrUnavailable, path, C.GoString(&msg[0]))
+	}
+	if v := int(C.gml_abi_version()); v != ABIVersion {
+		return nil, fmt.Errorf("%w: the MPI shim %s has ABI version %d, godist needs %d", ErrUnavailable, path, v,
+			ABIVersion)
+	}
+	l := &Lib{Impl: C.GoString(C.gml_impl()), Shim: path, calls: make(chan func()), comms: map[Comm]commInfo{}}
+	initErr := make(chan error)
+	go l.mpiThread(initErr)
+	if err := <-initErr; err != nil {
+		return nil, fmt.Errorf("%w: %s (shim %s): %w", ErrUnavailable, l.Impl, path, err)
+	}
+	if l.Provided < 3 {
+		serial.Lock()
+		defer serial.Unlock()
+	}
+	var buf [4096]C.char
+	if rc := C.gml_library_version(&buf[0], C.int(len(buf))); rc != 0 {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, mpiError("MPI_Get_library_version", rc))
+	}
+	l.Version, _, _ = strings.Cut(strings.TrimSpace(C.GoString(&buf[0])), "\n")
+	l.Version = strings.TrimSpace(l.Version)
+	var rank, size, ub C.int
+	if rc := C.gml_world(&rank, &size); rc != 0 {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, mpiError("MPI_Comm_rank", rc))
+	}
+	if rc := C.gml_tag_ub(&ub); rc != 0 {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, mpiError("MPI_Comm_get_attr(MPI_TAG_UB)", rc))
+	}
+	if rc := C.gml_processor_name(&buf[0], C.int(len(buf))); rc != 0 {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, mpiError("MPI_Get_processor_name", rc))
+	}
+	l.WorldRank, l.WorldSize, l.TagUB, l.ProcessorName = int(rank), int(size), int(ub), C.GoString(&buf[0])
+	l.comms[World] = commInfo{rank: l.WorldRank, size: l.WorldSize}
+	return l, nil
+}
+
+// mpiThread initialises MPI on a thread it keeps for the life of the
+// process (never unlocked: MPI_Finalize must run on the thread that
+// called MPI_Init_thread), then runs the functions sent to l.calls.
+func (l *Lib) mpiThread(initErr chan<- error) {
+	runtime.LockOSThread()
+	initErr <- l.initMPI()
+	for f := range l.calls {
+		f()
+	}
+}
+
+func (l *Lib) initMPI() error {
+	var flag C.int
+	if rc := C.gml_initialized(&flag); rc != 0 {
+		return mpiError("MPI_Initialized", rc)
+	}
+	var provided C.int
+	if flag != 0 {
+		var fin C.int
+		if rc := C.gml_finalized(&fin); rc != 0 {
+			return mpiError("MPI_Finalized", rc)
+		}
+		if fin != 0 {
+			return errors.New("MPI was already finalised in this process")
+		}
+		if rc := C.gml_query_thread(&provided); rc != 0 {
+			return mpiError("MPI_Query_thread", rc)
+		}
+	} else {
+		if rc := C.gml_init_thread(3, &provided); rc != 0 {
+			return mpiError("MPI_Init_thread", rc)
+		}
+		l.InitializedByGodist = true
+	}
+	l.Provided = min(max(int(provided), 0), 3)
+	l.ProvidedName = ThreadLevelNames[l.Provided]
+	return nil
+}
+
+// onThread runs f on the init goroutine's thread and waits for it.
+func (l *Lib) onThread(f func()) {
+	done := make(chan struct{})
+	l.calls <- func() { f(); close(done) }
+	<-done
+}
+
+// Finalize calls MPI_Finalize on the thread that initialised MPI, if
+// godist initialised it and it is not finalised yet; otherwise it does
+// nothing. Every later call fails with ErrNotInit; MPI cannot be
+// initialised again in this process. Idempotent: later calls return the
+// first one's error.
+func (l *Lib) Finalize() error {
+	l.finMu.Lock()
+	defer l.finMu.Unlock()
+	if l.finalized || !l.InitializedByGodist {
+		return l.finErr
+	}
+	l.finalized = true
+	var fin C.int
+	if C.gml_finalized(&fin) == 0 && fin != 0 {
+		return nil
+	}
+	defer l.lock()()
+	l.onThread(func() {
+		if rc := C.gml_finalize(); rc != 0 {
+			l.finErr = mpiError("MPI_Finalize", rc)
+		}
+	})
+	return l.finErr
+}
+
+// lock serialises the call when MPI does not provide MPI_THREAD_MULTIPLE;
+// it returns the unlock.
+func (l *Lib) lock() func() {
+	if l.Provided >= 3 {
+		return func() {}
+	}
+	serial.Lock()
+	return serial.Unlock
+}
+
+// mpiError describes a nonzero return code of the shim.
+func mpiError(call string, rc C.int) error {
+	if rc == 0 {
+		return nil
+	}
+	if rc == errNoShim {
+		return &Error{Call: call, Code: int(rc), Text: "the MPI shim is not loaded"}
+	}
+	var buf [1024]C.char
+	C.gml_error_string(rc, &buf[0], C.int(len(buf)))
+	return &Error{Call: call, Code: int(rc), Text: C.GoString(&buf[0])}
+}
+
+func argError(call, format string, args ...any) error {
+	return &Error{Call: call, Code: ErrArg, Text: "GM_ERR_ARG: " + fmt.Sprintf(format, args...)}
+}
+
+// Alloc returns n bytes of C memory (not moved or collected by Go, so it
+// may be handed to a non-blocking call) and the function that frees it.
+// n == 0 gives a nil slice.
+func Alloc(n int) (buf []byte, free func()) {
+	if n <= 0 {
+		return nil, func() {}
+	}
+	p := C.malloc(C.size_t(n))
+	if p == nil {
+		panic(fmt.Sprintf("mpi.Alloc: cannot allocate %d bytes", n))
+	}
+	var once sync.Once
+	return unsafe.Slice((*byte)(p), n), func() { once.Do(func() { C.free(p) }) }
+}
