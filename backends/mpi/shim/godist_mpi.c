@@ -139,6 +139,28 @@ HALF_OP(op_bf16_prod, mulbf(x, y))
 HALF_OP(op_bf16_min, pick_min(x, y, 0x7f80, 0x7fc0))
 HALF_OP(op_bf16_max, pick_max(x, y, 0x7f80, 0x7fc0))
 
+// Integer ops the predefined ones get wrong in the Debian builds (measured
+// against libgodist/reduce): Open MPI 4.1.4's MPI_SUM on 8- and 16-bit
+// integers saturates (its AVX op component) where C and Go wrap around, and
+// MPICH 4.0.2's MPI_MIN/MPI_MAX on MPI_UINT8_T compare as signed. Both
+// builds use these user ops for those pairs.
+#define INT_OP(name, T, expr)                                               \
+	static void name(void *invec, void *inoutvec, int *len, MPI_Datatype *dt) { \
+		(void)dt;                                                           \
+		const T *a = (const T *)invec;                                      \
+		T *b = (T *)inoutvec;                                               \
+		for (int i = 0; i < *len; i++) {                                    \
+			T x = a[i], y = b[i];                                           \
+			b[i] = (T)(expr);                                               \
+		}                                                                   \
+	}
+
+INT_OP(op_i8_sum, uint8_t, x + y)
+INT_OP(op_u8_sum, uint8_t, x + y)
+INT_OP(op_i16_sum, uint16_t, x + y)
+INT_OP(op_u8_min, uint8_t, x < y ? x : y)
+INT_OP(op_u8_max, uint8_t, x > y ? x : y)
+
 // ---- state
 
 enum { DT_F16 = 0, DT_BF16 = 1, DT_BOOL = 11, NUM_DTYPES = 12 };
@@ -158,6 +180,8 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int ready;                 // datatypes and ops made
 static MPI_Datatype half_type[2]; // float16, bfloat16
 static MPI_Op half_ops[2][4];     // [f16, bf16][SUM, PRODUCT, MIN, MAX]
+enum { FIX_I8_SUM, FIX_U8_SUM, FIX_I16_SUM, FIX_U8_MIN, FIX_U8_MAX, NUM_FIX };
+static MPI_Op fix_ops[NUM_FIX];
 static MPI_Comm *comms;           // comms[0] is MPI_COMM_WORLD; MPI_COMM_NULL marks a free slot
 static int ncomms;
 static req_entry *reqs; // request id i+1 is reqs[i]
@@ -191,6 +215,10 @@ static int setup_locked(void) {
 		for (int j = 0; j < 4; j++) {
 			if ((rc = MPI_Op_create(fns[i][j], 1, &half_ops[i][j])) != MPI_SUCCESS) return rc;
 		}
+	}
+	MPI_User_function *fix[NUM_FIX] = {op_i8_sum, op_u8_sum, op_i16_sum, op_u8_min, op_u8_max};
+	for (int i = 0; i < NUM_FIX; i++) {
+		if ((rc = MPI_Op_create(fix[i], 1, &fix_ops[i])) != MPI_SUCCESS) return rc;
 	}
 	if (comms == NULL) {
 		comms = malloc(sizeof(MPI_Comm) * 8);
@@ -316,6 +344,14 @@ static int map_op(int dtype, int op, MPI_Op *o) {
 		return GM_ERR_ARG;
 	}
 	int is_float = dtype == 2 || dtype == 3, is_complex = dtype == 4 || dtype == 5;
+	if (op == OP_SUM && (dtype == 6 || dtype == 7 || dtype == 8)) {
+		*o = fix_ops[dtype == 6 ? FIX_I8_SUM : dtype == 7 ? FIX_U8_SUM : FIX_I16_SUM];
+		return 0;
+	}
+	if (dtype == 7 && (op == OP_MIN || op == OP_MAX)) {
+		*o = fix_ops[op == OP_MIN ? FIX_U8_MIN : FIX_U8_MAX];
+		return 0;
+	}
 	switch (op) {
 	case OP_SUM: *o = MPI_SUM; return 0;
 	case OP_PRODUCT: *o = MPI_PROD; return 0;
@@ -410,6 +446,7 @@ int gm_finalize(void) {
 			for (int j = 0; j < 4; j++) MPI_Op_free(&half_ops[i][j]);
 			MPI_Type_free(&half_type[i]);
 		}
+		for (int i = 0; i < NUM_FIX; i++) MPI_Op_free(&fix_ops[i]);
 		ready = 0;
 	}
 	for (int64_t i = 0; i < nreqs; i++) {
