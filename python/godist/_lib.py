@@ -123,6 +123,11 @@ _DECLS = {
     "godist_device_open": (c_int, [c_uint64, c_int32, c_int32, c_char_p, c_int64] + _ERR),
     "godist_device_has": (c_int32, [c_uint64, c_int32]),
     "godist_nccl_info": (c_int, [c_void_p, c_int64, POINTER(c_int64)] + _ERR),
+    # MPI for bootstrap (capi/mpi.go): open (dir of the shims; JSON into buf, capacity, *outlen), blocking
+    # broadcast on MPI_COMM_WORLD (buf, nbytes, root), finalize
+    "godist_mpi_open": (c_int, [c_char_p, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
+    "godist_mpi_bcast": (c_int, [c_void_p, c_int64, c_int32] + _ERR),
+    "godist_mpi_finalize": (c_int, _ERR),
     # works (capi/work.go)
     "godist_work_wait": (c_int, [c_void_p]),
     "godist_work_free": (c_int, [c_uint64]),

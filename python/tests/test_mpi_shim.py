@@ -1,0 +1,116 @@
+"""The MPI shims (backends/mpi/shim): libgodist.so links no MPI, godist works
+where no shim or MPI exists, each built shim links its own MPI, and the
+bootstrap calls (godist_mpi_open/bcast/finalize) work under mpirun."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from godist import _lib
+
+from test_gpuinfo import _needed
+
+MPI_LIBRARY = re.compile(r"^lib(mpi|mpich|mpi_abi|open-pal|open-rte|pmix)[._]")
+SHIMS = {"openmpi": ("mpicc.openmpi", "mpirun.openmpi", "libmpi.so.40"),
+         "mpich": ("mpicc.mpich", "mpirun.mpich", "libmpich.so.12")}
+MPI_DIR = os.path.join(os.path.dirname(_lib.library_path()), "mpi")
+PYTHONPATH = os.path.dirname(os.path.dirname(_lib.library_path()))
+
+
+def _clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GODIST_MPI", "OMPI_", "PMI_", "PMIX_", "MPI_LOCAL"))}
+    env["PYTHONPATH"] = PYTHONPATH + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+@pytest.mark.timeout(60)
+def test_library_needs_no_mpi_library():
+    needed = _needed(_lib.library_path())
+    assert needed, "no NEEDED entries read"
+    assert not [n for n in needed if MPI_LIBRARY.search(n)], needed
+
+
+@pytest.mark.timeout(120)
+def test_godist_works_without_a_shim(tmp_path):
+    """A missing shim only matters once MPI is used: then godist_mpi_open
+    fails with a message naming what it tried."""
+    code = """if True:
+        import json, sys
+        import godist
+        from godist import _lib
+        lib = _lib.load()
+        try:
+            _lib.read_bytes(lib.mpi_open, sys.argv[1].encode())
+        except ValueError as e:
+            print(json.dumps(str(e)))
+        else:
+            print("opened")
+        lib.mpi_finalize()
+    """
+    missing = str(tmp_path / "nope.so")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=100,
+                       env=_clean_env(GODIST_MPI_SHIM=missing))
+    assert p.returncode == 0, p.stderr
+    msg = json.loads(p.stdout.strip().splitlines()[-1])
+    assert "MPI is unavailable" in msg and missing in msg, msg
+    # No variable at all and an empty directory: the message names what was looked for.
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=100,
+                       env=_clean_env())
+    assert p.returncode == 0, p.stderr
+    msg = json.loads(p.stdout.strip().splitlines()[-1])
+    assert "GODIST_MPI_SHIM" in msg and "OMPI_COMM_WORLD_SIZE" in msg and "libgodist_mpi_openmpi.so" in msg, msg
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("impl", sorted(SHIMS))
+def test_shim_needs_its_own_mpi(impl):
+    mpicc, _, soname = SHIMS[impl]
+    path = os.path.join(MPI_DIR, f"libgodist_mpi_{impl}.so")
+    if not shutil.which(mpicc):
+        pytest.skip(f"{mpicc} not found: the {impl} shim is not built here")
+    assert os.path.exists(path), f"{path} was not built (make lib)"
+    needed = _needed(path)
+    assert soname in needed, needed
+    others = {s for i, (_, _, s) in SHIMS.items() if i != impl}
+    assert not others & set(needed), needed
+
+
+RANK_SCRIPT = """if True:
+    import ctypes, json, sys
+    from godist import _lib
+    lib = _lib.load()
+    info = json.loads(_lib.read_bytes(lib.mpi_open, sys.argv[1].encode()))
+    buf = ctypes.create_string_buffer(32)
+    if info["rank"] == 0:
+        buf.value = b"host:29500"
+    lib.mpi_bcast(buf, len(buf), 0)
+    lib.mpi_finalize()
+    lib.mpi_finalize()
+    print("RANK", info["rank"], info["size"], info["impl"], info["provided_name"], buf.value.decode(), flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("impl", sorted(SHIMS))
+def test_bootstrap_under_mpirun(impl):
+    _, mpirun, _ = SHIMS[impl]
+    path = os.path.join(MPI_DIR, f"libgodist_mpi_{impl}.so")
+    if not shutil.which(mpirun) or not os.path.exists(path):
+        pytest.skip(f"no {mpirun} or no {impl} shim")
+    args = [mpirun]
+    if impl == "openmpi":
+        args += ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+    args += ["-np", "2", sys.executable, "-c", RANK_SCRIPT, MPI_DIR]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=100, env=_clean_env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = sorted(line for line in p.stdout.splitlines() if line.startswith("RANK "))
+    assert lines == [f"RANK {r} 2 {impl} MPI_THREAD_MULTIPLE host:29500" for r in range(2)], p.stdout + p.stderr
