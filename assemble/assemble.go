@@ -8,6 +8,7 @@ package assemble
 import (
 	"fmt"
 
+	"github.com/godist/godist/backends/mpi"
 	"github.com/godist/godist/backends/nccl"
 	"github.com/godist/godist/backends/shm"
 	"github.com/godist/godist/backends/tcp"
@@ -18,12 +19,13 @@ import (
 const (
 	TransportAuto = ""    // shared memory between co-located ranks, TCP otherwise
 	TransportTCP  = "tcp" // TCP only
+	TransportMPI  = "mpi" // MPI's point-to-point messages and collectives (MPI initialised first: mpi://)
 )
 
 // Options are the user's choices that decide a group's backends.
 type Options struct {
 	BindHost  string // the address the TCP fabric listens on; "" for all interfaces
-	Transport string // TransportAuto or TransportTCP
+	Transport string // TransportAuto, TransportTCP or TransportMPI
 }
 
 // Backends returns the backends of a group created with o.
@@ -33,8 +35,11 @@ func Backends(o Options) (backend.Set, error) {
 	case TransportAuto, "auto":
 		set.Offloaders = append(set.Offloaders, shm.NewOffloader())
 	case TransportTCP:
+	case TransportMPI:
+		set.Fabric = mpi.NewFabric()
+		set.Offloaders = []backend.Offloader{mpi.NewOffloader()}
 	default:
-		return backend.Set{}, fmt.Errorf("godist: unknown transport %q (want \"auto\" or \"tcp\")", o.Transport)
+		return backend.Set{}, fmt.Errorf("godist: unknown transport %q (want \"auto\", \"tcp\" or \"mpi\")", o.Transport)
 	}
 	return set, nil
 }

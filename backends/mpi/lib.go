@@ -37,6 +37,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -132,9 +133,21 @@ var (
 // the order of Impls. If MPI is already initialised (mpi4py, torch's mpi
 // backend), Open uses it and never finalises it.
 func Open(dir string) (*Lib, error) {
-	openOnce.Do(func() { opened, openErr = open(dir) })
+	openOnce.Do(func() {
+		opened, openErr = open(dir)
+		if openErr == nil {
+			current.Store(opened)
+		}
+	})
 	return opened, openErr
 }
+
+// current is the Lib a successful Open made.
+var current atomic.Pointer[Lib]
+
+// Current returns the Lib a successful Open made, or nil: MPI is not in use
+// in this process.
+func Current() *Lib { return current.Load() }
 
 // chooseShim returns the shim's path and how it was chosen.
 func chooseShim(dir string) (string, error) {
