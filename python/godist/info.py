@@ -55,6 +55,8 @@ SETTINGS = {
 TEST_SETTINGS = {
     "GODIST_TEST_VENV": "go test ./backends/nccl/: the virtual environment whose nvidia wheels the tests load",
     "GODIST_BENCH_GLOO_NO_RS": "python -m godist.bench: behave as if gloo lacked reduce_scatter_tensor",
+    "GODIST_BENCH_MPI_FILESTORE": "python -m godist.bench --mpi: where init_method mpi:// is not registered, make "
+                                  "the default group from the launcher's rank variables with a FileStore at this path",
     "GODIST_TEST_PYTHON": "Go tests: the Python that runs torch's stores against godist's",
     "GODIST_STORE_LOAD": "store load test (python/tests/test_store_interop.py): clients x ops",
     "GODIST_STORE_LOAD_ROUNDS": "store load test: rounds",

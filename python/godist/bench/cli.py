@@ -8,6 +8,10 @@ as it comes (``table.py``) and keeps the progress display on stderr
 and writes the CSV, markdown and PNG. Exit status: 0 when every cell ran and
 none had a wrong element, 1 otherwise, 2 for bad arguments.
 
+``--mpi`` (under mpirun: godist, godist over MPI and gloo in the launched
+ranks) is run by ``mpi.main``; without an MPI launcher it says how to launch
+it and exits 1.
+
 ``--device cuda`` (godist vs nccl on CUDA tensors) is run by ``cuda.main``
 with the same spawn, table and progress machinery; without a usable GPU it
 says "no CUDA device: ..." and exits 1.
@@ -70,6 +74,10 @@ def build_parser():
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu (default): godist vs gloo on CPU tensors; cuda: godist vs torch's nccl on CUDA "
                         "tensors, rank r on GPU r %% device_count (see godist/bench/cuda.py)")
+    p.add_argument("--mpi", action="store_true",
+                   help="run under mpirun, one rank per process: godist (own transports), godist over MPI and gloo "
+                        "side by side (mpirun -np 2 python -m godist.bench --mpi; see godist/bench/mpi.py); "
+                        "output default docs/perf-mpi")
     p.add_argument("--world-sizes", "--ranks", dest="world_sizes", type=str,
                    help="comma-separated world sizes (default 2,4,8; --device cuda: 1,2)")
     p.add_argument("--ops", type=str, help="comma-separated: " + ", ".join(OPS) + " (default all)")
@@ -302,6 +310,10 @@ def main(argv=None) -> int:
         paths = report.render(a.render, want_plot=not a.no_plot)
         print(f"wrote {', '.join(v for k, v in paths.items() if k in ('md', 'png'))}", file=sys.stderr)
         return 0
+    if a.mpi:
+        from . import mpi
+
+        return mpi.main(a, parser, argv)
     if a.device == "cuda":
         from . import cuda
 
