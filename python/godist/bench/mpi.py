@@ -143,9 +143,9 @@ def config_from_args(a) -> Config:
     if any(s < 1 for s in cfg.sizes):
         raise BadOption("--sizes/--min-bytes: every size must be at least 1 byte")
     for name in ("repeats", "max_iters"):
-        if getattr(a, name):
+        if getattr(a, name) is not None:
             setattr(cfg, name, getattr(a, name))
-    if a.target_ms:
+    if a.target_ms is not None:
         cfg.target_s = a.target_ms / 1e3
     if a.op_timeout:
         cfg.op_timeout_s = a.op_timeout
@@ -155,6 +155,8 @@ def config_from_args(a) -> Config:
         raise BadOption("--repeats must be at least 1")
     if cfg.target_s <= 0:
         raise BadOption("--target-ms must be above 0")
+    if cfg.max_iters < 1:
+        raise BadOption("--max-iters must be at least 1")
     return cfg
 
 
@@ -201,6 +203,7 @@ def main(a, parser, argv=None) -> int:
               file=sys.stderr)
         return NO_LAUNCHER_EXIT
     impl, rank, size, local = where
+    t0 = time.monotonic()
     try:
         cfg = config_from_args(a)
     except BadOption as e:
@@ -228,7 +231,6 @@ def main(a, parser, argv=None) -> int:
     except Exception:  # noqa: BLE001
         print(f"rank {rank}: setting up the groups failed:\n{traceback.format_exc()}", file=sys.stderr)
         return 1
-    t0 = time.monotonic()
     try:
         rows = b.run()
     except Exception:  # noqa: BLE001 - mpirun ends the other ranks when this one exits nonzero
