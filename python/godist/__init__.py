@@ -6,6 +6,8 @@
     import godist  # noqa: F401
     dist.init_process_group("godist", ...)
 
+and the rendezvous scheme ``mpi://`` for programs started by mpirun
+(``init_process_group("godist", init_method="mpi://")``; godist/_mpi.py).
 The Go library (libgodist.so) is loaded on first use, not at import.
 """
 
@@ -17,9 +19,11 @@ from typing import Final
 
 import torch.distributed as dist
 
+from . import _mpi
 from ._errors import (GodistClosedError, GodistError, GodistForkError, GodistInternalError,  # noqa: F401
                       GodistInvalidError, GodistTimeoutError)
 from ._log import set_level as set_log_level  # noqa: F401
+from ._mpi import mpi_finalize, mpi_info  # noqa: F401
 from ._version import __version__ as __version__
 from .process_group import GodistProcessGroup, close_all, dump_state  # noqa: F401
 from .store import FileStore, HashStore, PrefixStore, TCPServer, TCPStore
@@ -64,8 +68,11 @@ def _register() -> None:
 
 
 _register()
+_mpi.register()  # the mpi:// rendezvous (godist/_mpi.py)
+# atexit runs last-registered first: godist's groups close before MPI is finalised.
+atexit.register(_mpi._at_exit)
 atexit.register(close_all)
 
 __all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "GodistClosedError",
            "GodistInvalidError", "GodistInternalError", "GodistForkError", "BACKEND", "monitored_barrier",
-           "runtime_stats", "dump_state", "set_log_level", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]
+           "runtime_stats", "dump_state", "set_log_level", "mpi_info", "mpi_finalize", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]
