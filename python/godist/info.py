@@ -50,6 +50,13 @@ SETTINGS = {
                                 "search path"),
     "GODIST_CUDART_LIBRARY": ("", "the path of the CUDA runtime (libcudart.so) to load; empty: the copy torch "
                                   "loaded, else the loader's search path"),
+    "GODIST_MPI": ("", "the MPI implementation whose shim godist loads (openmpi or mpich); empty: the launcher's "
+                       "(OMPI_COMM_WORLD_* for Open MPI, PMI_* or MPI_LOCALNRANKS for MPICH), else the first shim "
+                       "installed"),
+    "GODIST_MPI_SHIM": ("", "the path of the MPI shim to load instead of the package's libgodist_mpi_<impl>.so"),
+    "GODIST_MPI_STORE_ADDR": ("", "init_method=\"mpi://\": the address the other ranks reach rank 0's store at; "
+                                  "empty: MASTER_ADDR, else 127.0.0.1 when every rank is on this host, else this "
+                                  "host's name resolved"),
 }
 # Read only by godist's own tests and benchmarks: recognized, never warned about.
 TEST_SETTINGS = {
@@ -61,6 +68,8 @@ TEST_SETTINGS = {
     "GODIST_STORE_LOAD": "store load test (python/tests/test_store_interop.py): clients x ops",
     "GODIST_STORE_LOAD_ROUNDS": "store load test: rounds",
     "GODIST_STORE_LOAD_REPORT": "store load test: where to write its report",
+    "GODIST_MPI_TEST_DIR": "go test ./backends/mpi/: the directory of the MPI shims",
+    "GODIST_MPI_TEST_IMPL": "go test ./backends/mpi/: the implementation the shim choice must pick",
     **{f"GODIST_SHM_{k}": "Go tests and benchmarks of the shared-memory backend" for k in (
         "BENCH", "BENCH_SIZES", "BENCH_RANKS", "CHILD", "NAME", "RANK", "SIZE", "OUT", "CRASH_RANK", "CHUNK",
         "ONESHOT", "DIRECT", "CPUPROFILE")},

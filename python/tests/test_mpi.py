@@ -36,14 +36,13 @@ LAUNCHERS = {
 }
 IMPLS = sorted(LAUNCHERS)
 # Variables that would tell a rank it was started by torchrun or an outer
-# MPI job, or change godist's transport.
-_DROP = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GODIST_TRANSPORT",
-         "GODIST_MPI_STORE_ADDR")
+# MPI job, or change godist's transport or MPI shim (GODIST_MPI*).
+_DROP = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GODIST_TRANSPORT")
 
 
 def _child_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items()
-           if k not in _DROP and not k.startswith(("OMPI_", "PMI_", "PMIX_", "MPI_LOCAL", "HYDRA_"))}
+           if k not in _DROP and not k.startswith(("OMPI_", "PMI_", "PMIX_", "MPI_LOCAL", "HYDRA_", "GODIST_MPI"))}
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "python"), str(HERE), env.get("PYTHONPATH")) if p)
     env.update(extra)
