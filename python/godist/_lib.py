@@ -170,17 +170,7 @@ _DECLS = {
     "godist_tcpserver_port": (c_int, [c_uint64, POINTER(c_int32)] + _ERR),
     "godist_tcpserver_close": (c_int, [c_uint64] + _ERR),
     "godist_pg_rendezvous_store": (c_int, [c_uint64, c_uint64, c_char_p, c_int64, c_int64] + _ERR),
-    # ----- MPI (capi/mpi.go; used by godist/_mpi.py) -----
-    # (shim dir, buf, cap, *outlen): initialise MPI once through the shim that
-    # matches the launcher; JSON {"impl", "shim", "version", "provided", ...}.
-    "godist_mpi_open": (c_int, [c_char_p, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
-    # (buf, nbytes, root): blocking MPI_Bcast on MPI_COMM_WORLD
-    "godist_mpi_bcast": (c_int, [c_void_p, c_int64, c_int32] + _ERR),
-    "godist_mpi_finalize": (c_int, [] + _ERR),
 }
-# Functions a library may lack (one built before they existed): left off the
-# table (hasattr(load().raw, name) is False) instead of failing the load.
-_OPTIONAL = frozenset({"godist_mpi_open", "godist_mpi_bcast", "godist_mpi_finalize"})
 
 _lock = threading.Lock()
 _lib = None
@@ -266,8 +256,6 @@ class _Lib:
         # and the fast paths, which check _forked themselves.
         self.raw = _Raw()
         for name, (restype, argtypes) in _DECLS.items():
-            if name in _OPTIONAL and not hasattr(cdll, name):
-                continue
             fn = getattr(cdll, name)
             fn.restype = restype
             fn.argtypes = argtypes

@@ -103,6 +103,10 @@ def open_mpi() -> dict:
         if not hasattr(lib.raw, "mpi_open"):
             raise RuntimeError(f"godist: {_lib.library_path()} has no MPI support (no godist_mpi_open); rebuild it "
                                "with `make lib`")
+        if launcher() == "mpich":
+            # MPICH's UCX layer warns at exit about messages a closing group
+            # sent to peers that had closed already (godist's farewells).
+            os.environ.setdefault("UCX_LOG_LEVEL", "error")
         raw = _lib.read_bytes(lib.mpi_open, shim_dir().encode(), size=4096)
         _info = json.loads(raw)
         _log.logger.debug("godist: MPI opened: %s", _info)

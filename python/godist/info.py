@@ -35,7 +35,8 @@ USED_FOR_CUDA = ("godist's NCCL path loads {} when a group first gets CUDA tenso
 # The settings godist reads: name -> (default, what it does).
 SETTINGS = {
     "GODIST_TRANSPORT": ("auto", "the transports of a group: auto (shared memory when every rank is on this host, "
-                                 "TCP otherwise) or tcp (TCP only)"),
+                                 "TCP otherwise), tcp (TCP only) or mpi (MPI's messages and collectives, under "
+                                 "mpirun)"),
     "GODIST_BIND_ADDR": ("", "the address the TCP transport listens on; empty: all interfaces"),
     "GODIST_LOG_LEVEL": ("", "the level of the 'godist' logger: DEBUG, INFO, WARNING, ERROR or OFF; empty: from "
                              "TORCH_DISTRIBUTED_DEBUG or TORCH_CPP_LOG_LEVEL, else WARNING"),
@@ -411,7 +412,7 @@ def shm_report(lib, directory: str | None = None) -> dict:
     p = _json_call(lib.probe_shm, directory.encode() if directory else None)
     tr = _transport_setting()
     p.update(_shm_space(p["dir"]), enabled=tr == "auto")
-    p["note"] = ("GODIST_TRANSPORT=tcp: groups do not use shared memory" if tr == "tcp" else
+    p["note"] = (f"GODIST_TRANSPORT={tr}: groups do not use shared memory" if tr in ("tcp", "mpi") else
                  "used when every rank of a group is on this host and sees the same directory")
     return p
 
@@ -432,8 +433,10 @@ def _effect(name: str, v: str) -> tuple[str, str | None]:
     if name == "GODIST_TRANSPORT":
         return {"AUTO": ("shared memory between the ranks of a group on this host, TCP otherwise", None),
                 "": ("shared memory between the ranks of a group on this host, TCP otherwise", None),
-                "TCP": ("TCP only, also between ranks on this host", None)}.get(
-            u, ("invalid: creating a group raises ValueError", "use auto or tcp"))
+                "TCP": ("TCP only, also between ranks on this host", None),
+                "MPI": ("MPI's point-to-point messages and collectives (the process must be started by mpirun)",
+                        None)}.get(
+            u, ("invalid: creating a group raises ValueError", "use auto, tcp or mpi"))
     if name == "GODIST_BIND_ADDR":
         return (f"TCP listens on {v}" if v else "TCP listens on all interfaces"), None
     if name == "GODIST_LOG_LEVEL":

@@ -74,11 +74,15 @@ class GodistProcessGroup(dist.ProcessGroup):
         h = ctypes.c_uint64()
         bind = os.environ.get("GODIST_BIND_ADDR", "").encode()
         transport = os.environ.get("GODIST_TRANSPORT", "auto").strip().lower()
-        if transport not in ("auto", "tcp", ""):
+        if transport not in ("auto", "tcp", "mpi", ""):
             raise ValueError(f"godist: GODIST_TRANSPORT={transport!r}: use 'auto' (shared memory between ranks on "
-                             "one host, TCP otherwise) or 'tcp'")
+                             "one host, TCP otherwise), 'tcp' or 'mpi' (MPI's messages and collectives; under mpirun)")
+        if transport == "mpi" and size > 1:
+            from ._mpi import open_mpi
+
+            open_mpi()  # the MPI fabric needs MPI initialised (mpi:// has done it already)
         lib.pg_create(rank, size, self._name.encode(), self._timeout_ms(), bind or None,
-                      b"tcp" if transport == "tcp" else None, ctypes.byref(h))
+                      transport.encode() if transport in ("tcp", "mpi") else None, ctypes.byref(h))
         self._h = h.value
         # The ops' entry points (each takes a GodistOp's address), bound once.
         for name in ("allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "scatter", "alltoall",
