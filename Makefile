@@ -15,7 +15,7 @@ COMPAT_VENV ?= .venv-torch$(COMPAT_TORCH)
 COMPAT_STAMP := $(COMPAT_VENV)/.deps-stamp
 GOFILES = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')
 
-.PHONY: all venv deps lib install wheel demo test test-go test-py test-compat lint bench clean
+.PHONY: all venv deps lib install wheel demo test test-go test-py test-compat lint bench clean mpi-system
 
 all: install
 
@@ -100,7 +100,18 @@ $(COMPAT_STAMP): requirements-dev.txt
 test-compat: install $(COMPAT_STAMP)
 	PYTHONPATH=$(CURDIR)/python $(COMPAT_VENV)/bin/python -m pytest python/tests
 
-test: test-go test-py test-compat
+# Open MPI and MPICH for the MPI path's tests, from Debian, installed when
+# missing where this machine can (root with apt-get); elsewhere the MPI tests
+# skip, saying why.
+mpi-system:
+	@if command -v mpicc.openmpi >/dev/null 2>&1 && command -v mpicc.mpich >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Open MPI and MPICH with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenmpi-dev openmpi-bin \
+			mpich libmpich-dev >/dev/null || echo "apt-get failed: the MPI tests will skip"; \
+	else echo "Open MPI or MPICH missing and not installable here: the MPI tests will skip"; fi
+
+test: mpi-system test-go test-py test-compat
 
 bench: install
 	$(PY) -m godist.bench

@@ -28,7 +28,8 @@ import time
 SCHEMA = 1
 NATIVE_TIMEOUT_S = 30
 GPUINFO_TIMEOUT_S = 10
-NOT_USED = "godist does not use {} in this version: its MPI path is not built yet"
+MPI_NOTE = ("godist loads its shim for this MPI (godist/mpi/) when a process started by mpirun initialises with "
+            "init_method=\"mpi://\" or makes a group with GODIST_TRANSPORT=mpi")
 USED_FOR_CUDA = ("godist's NCCL path loads {} when a group first gets CUDA tensors (the copy torch has loaded, "
                  "else this one): gpus.nccl_path says what it found")
 
@@ -290,7 +291,10 @@ def _libraries() -> tuple[dict, dict]:
                 note=USED_FOR_CUDA.format("NCCL"))
     cudart = dict(res["cudart"], loaded_by_torch=_mapped("libcudart.so"), used_by_godist=True,
                   note=USED_FOR_CUDA.format("the CUDA runtime"))
-    mpi = dict(res["mpi"], mpirun=_mpirun(), used_by_godist=False, note=NOT_USED.format("MPI"))
+    from ._mpi import shim_dir
+
+    shims = sorted(f for f in os.listdir(shim_dir()) if f.endswith(".so")) if os.path.isdir(shim_dir()) else []
+    mpi = dict(res["mpi"], mpirun=_mpirun(), used_by_godist=True, note=MPI_NOTE, shims=shims)
     nv = res["nvml"]
     gpus = {"driver": bool(nv.get("initialized")), "nvml_path": nv["path"], "driver_version": nv.get("driver_version"),
             "cuda_driver_version": nv.get("cuda_driver_version"), "devices": nv.get("devices", []),
@@ -717,7 +721,11 @@ def render(r: dict) -> str:
     out += ["", "Libraries on this host"]
     out += ["  " + x for x in _lib_lines("NCCL", r["nccl"]) + _lib_lines("CUDA runtime", r["cuda_runtime"])
             + _lib_lines("MPI", r["mpi"])]
-    out.append("  " + NOT_USED.format("NCCL, the CUDA runtime or MPI"))
+    m = r["mpi"]
+    out.append("  godist's MPI shims: " + (", ".join(m["shims"]) if m["shims"] else
+                                          "none built (no mpicc when the library was built)"))
+    out.append("  NCCL and the CUDA runtime: used for CUDA tensors (see GPUs); MPI: under mpirun (mpi://, "
+               "GODIST_TRANSPORT=mpi)")
 
     gp = r["gpus"]
     out += ["", "GPUs"]

@@ -98,7 +98,8 @@ def test_json_matches_this_machine(report):
 
     for key in ("nccl", "cuda_runtime"):
         assert report[key]["used_by_godist"] is True and "NCCL path" in report[key]["note"]
-    assert report["mpi"]["used_by_godist"] is False and "does not use" in report["mpi"]["note"]
+    assert report["mpi"]["used_by_godist"] is True and "mpirun" in report["mpi"]["note"]
+    assert isinstance(report["mpi"]["shims"], list)
     n = report["gpus"]["nccl_path"]
     assert n["available"] and n["version"] == ".".join(map(str, torch.cuda.nccl.version()))
     if not torch.cuda.is_available():
@@ -174,7 +175,8 @@ def test_text_report():
     assert f"\nPython {platform.python_version()} (" in out and f"\ntorch {torch.__version__} " in out
     assert "shared mem   usable: /dev/shm, " in out and "TCP          usable: listens on all interfaces" in out
     assert re.search(r"NCCL +found: \S+libnccl\.so\.2, version \d+\.\d+\.\d+", out) or "NCCL         not found" in out
-    assert "godist does not use NCCL, the CUDA runtime or MPI in this version" in out
+    assert "NCCL and the CUDA runtime: used for CUDA tensors" in out and "godist's MPI shims: " in out
+    assert "NCCL path: " in out and "CUDA tensors go through" in out
     if not _has_nvidia_driver():
         assert f"GPUs\n  {NO_DRIVER}\n" in out
     for name, (default, _) in info.SETTINGS.items():
@@ -217,7 +219,7 @@ def test_invalid_settings_are_reported():
     rep = _report(GODIST_TRANSPORT="ib", GODIST_LOG_LEVEL="loud", GODIST_DUMP_ON_SIGNAL="SIGNOPE")
     assert rep["godist"]["library"]["loaded"]  # a bad log level does not hide the library
     assert _setting(rep, "GODIST_TRANSPORT")["effect"] == "invalid: creating a group raises ValueError"
-    assert rep["warnings"] == ["GODIST_TRANSPORT='ib': use auto or tcp",
+    assert rep["warnings"] == ["GODIST_TRANSPORT='ib': use auto, tcp or mpi",
                                "GODIST_LOG_LEVEL='loud': use DEBUG, INFO, WARNING, ERROR or OFF",
                                "GODIST_DUMP_ON_SIGNAL='SIGNOPE': use 1 (SIGUSR1) or a signal's name or number"]
 
@@ -358,7 +360,7 @@ def test_mpi_from_ld_library_path_and_a_crashing_library(report, tmp_path):
     d = _compile(tmp_path, "libmpi.so.40", FAKE_MPI)
     mpi = _report(LD_LIBRARY_PATH=d)["mpi"]
     assert mpi["found"] and mpi["where"] == "LD_LIBRARY_PATH" and mpi["path"] == os.path.join(d, "libmpi.so.40")
-    assert mpi["version"] == "Fake MPI 4.1.0" and mpi["used_by_godist"] is False
+    assert mpi["version"] == "Fake MPI 4.1.0" and mpi["used_by_godist"] is True
     rep = _report(LD_LIBRARY_PATH=d, FAKE_MPI_CRASH="1")
     mpi = rep["mpi"]
     assert not mpi["found"] and mpi["reason"].startswith("the probe was killed by signal 6"), mpi
