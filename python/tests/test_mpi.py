@@ -146,6 +146,32 @@ def test_mpi_transport_timeout(impl):
     assert sorted(re.findall(r"MPI-TRANSPORT-OK rank (\d+)", r.stdout)) == ["0", "1"], _report(r)
 
 
+_DIGEST = re.compile(r"DIGEST rank (\d+) (ddp|fsdp2) ([\w-]+) ([0-9a-f]{16})")
+
+
+@pytest.mark.timeout(3 * RUN_TIMEOUT)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ddp_and_fsdp2_under_mpirun_match_torchrun(impl):
+    """DDP and FSDP2 trained under mpirun (mpi://) on godist's own transports,
+    on GODIST_TRANSPORT=mpi and on gloo, end with the same parameters,
+    bitwise, as the same script under torchrun (2 ranks: every sum is of
+    two values, the same bits in any order)."""
+    r = _mpirun(impl, 2, str(HERE / "mpi_frameworks_worker.py"), "mpi")
+    assert r.returncode == 0, _report(r)
+    under_mpi = _DIGEST.findall(r.stdout)
+    assert {(fw, g) for _, fw, g, _ in under_mpi} == {(fw, g) for fw in ("ddp", "fsdp2")
+                                                       for g in ("godist", "godist-mpi", "gloo")}, _report(r)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                str(HERE / "mpi_frameworks_worker.py"), "env"]
+    t = subprocess.run(torchrun, cwd=str(ROOT), env=_child_env(), capture_output=True, text=True,
+                       timeout=RUN_TIMEOUT)
+    assert t.returncode == 0, f"torchrun: {t.returncode}\n{t.stdout}\n{t.stderr}"
+    under_torchrun = _DIGEST.findall(t.stdout)
+    assert len(under_mpi) == 12 and len(under_torchrun) == 8, (r.stdout, t.stdout)
+    digests = {d for *_, d in under_mpi + under_torchrun}
+    assert len(digests) == 1, sorted(under_mpi + under_torchrun)
+
+
 # ----- a simulated launcher, no MPI needed -----
 
 _INIT_DEFAULT = "import godist, torch.distributed as dist; dist.init_process_group('godist')"
