@@ -157,7 +157,7 @@ func (t *Transport) await(r Request, buf []byte) (int, error) {
 			keepForever(buf)
 			return -1, cause
 		}
-		if time.Since(start) < spinFor {
+		if time.Since(start) < idleSpin {
 			continue
 		}
 		tm := time.NewTimer(nap)
@@ -166,11 +166,18 @@ func (t *Transport) await(r Request, buf []byte) (int, error) {
 		case <-tm.C:
 		}
 		tm.Stop()
-		if nap < maxNap {
+		if nap < idleNap {
 			nap *= 2
 		}
 	}
 }
+
+// The progress goroutine waits for messages that may be long in coming: it
+// spins less and sleeps longer than an op's wait (wait.go).
+const (
+	idleSpin = 100 * time.Microsecond
+	idleNap  = time.Millisecond
+)
 
 // Close implements transport.Transport. The communicators are not freed:
 // MPI_Comm_free is collective, and a closing rank cannot count on its

@@ -12,11 +12,13 @@ import (
 
 // MPI requests cannot be cancelled (a receive can, a collective cannot), so
 // waiting for one polls MPI_Test until it completes or the caller's
-// deadline passes. Polling spins briefly and then backs off to sleeps of
-// up to maxNap, so an idle wait costs little CPU on few cores.
+// deadline passes. A non-blocking collective advances only inside MPI
+// calls, so polling spins for spinFor (most collectives end within it),
+// then backs off to sleeps of up to maxNap, so a long wait costs little CPU
+// on few cores.
 const (
-	spinFor = 50 * time.Microsecond
-	maxNap  = time.Millisecond
+	spinFor = 2 * time.Millisecond
+	maxNap  = 200 * time.Microsecond
 )
 
 // abandoned keeps the buffers of requests given up on at a deadline: MPI

@@ -165,9 +165,13 @@ class NoMpiRendezvous(RuntimeError):
 
 
 def _mpi_registered() -> bool:
-    from torch.distributed import rendezvous
+    import importlib
 
-    return "mpi" in getattr(rendezvous, "_rendezvous_handlers", {})
+    import godist  # noqa: F401  (registers mpi:// where godist has its MPI path)
+
+    # The module, not torch.distributed's function of the same name.
+    rdzv = importlib.import_module("torch.distributed.rendezvous")
+    return "mpi" in getattr(rdzv, "_rendezvous_handlers", {})
 
 
 def init_default(timeout):
