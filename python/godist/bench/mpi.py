@@ -73,6 +73,8 @@ def mpi_description(impl: str) -> str:
         if info is not None:
             v = info()
             if isinstance(v, dict):
+                if v.get("shim"):
+                    v["shim"] = os.path.basename(v["shim"])  # which shim, not where this machine keeps it
                 return "; ".join(f"{k} {v[k]}" for k in v if v[k] not in (None, ""))
             return str(v)
     except Exception:  # noqa: BLE001 - fall back to the launcher
