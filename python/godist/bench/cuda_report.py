@@ -19,7 +19,7 @@ import os
 from collections import defaultdict
 
 from .config import CUDA_BACKENDS, CUDA_OPS, human_bytes
-from .report import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, _bw, _f, _ratio, read_csv
+from .report import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, _bw, _f, _ratio, plot_into, read_csv
 from .table import Table
 
 CUDA_CSV_COLUMNS = CSV_COLUMNS + ["issue_us_per_op", "issue_ratio", "ref_backend"]
@@ -192,17 +192,12 @@ def write_all(rows, meta, out_dir, want_plot=True, write_data=True):
     if not want_plot and not write_data and os.path.exists(os.path.join(out_dir, PNG_NAME)):
         png = PNG_NAME
     if want_plot:
-        paths["png"] = os.path.join(out_dir, PNG_NAME)
-        try:
+        def draw(path):
             from .plot import plot
 
-            if plot(rows, paths["png"], ratio=has_ratio(meta), ref="nccl"):
-                png = PNG_NAME
-            else:
-                paths.pop("png")
-        except Exception as e:  # noqa: BLE001 - a plot failure must not lose the numbers
-            meta.setdefault("errors", []).append(f"plot failed: {type(e).__name__}: {e}")
-            paths.pop("png")
+            return plot(rows, path, ratio=has_ratio(meta), ref="nccl")
+
+        png = plot_into(paths, out_dir, meta, draw)
     write_markdown(rows, meta, paths["md"], png)
     return paths
 

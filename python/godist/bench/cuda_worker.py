@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import copy
 import datetime
-import logging
 import os
 import statistics
-import sys
 import time
-import traceback
 
 from .cells import CellData, Variant
 from .config import REDUCING, Config, cell_list, human_bytes, scenario_list
-from .worker import RankBench, _cpu_seconds, _ToParent, busbw_factor
+from .scenarios import linear_stack
+from .worker import RankBench, _cpu_seconds, busbw_factor, run_rank
 
 
 def _device(torch, gpu: int):
@@ -129,12 +127,7 @@ class CudaRankBench(RankBench):
         for v in variants:
             v.issues = []
         self.check(data, variants)
-        live = [v for v in variants if v.status == "ok"]
-        if live:
-            self.calibrate(live)
-            for r in range(self.cfg.repeats):
-                for v in (live if r % 2 == 0 else live[::-1]):
-                    self.time_block(v)
+        self.time_cell(variants)
         self.emit(op, dtype, nominal, data.size, data.count, variants)
         del data
 
@@ -193,16 +186,9 @@ class CudaRankBench(RankBench):
         rank's GPU, one DDP model per backend from the same weights; their
         gradients must agree after the first step."""
         torch, cfg = self.torch, self.cfg
-        nn = torch.nn
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        torch.manual_seed(0)
-        layers = []
-        for i in range(cfg.ddp_layers):
-            layers.append(nn.Linear(cfg.ddp_dim, cfg.ddp_dim))
-            if i + 1 < cfg.ddp_layers:
-                layers.append(nn.ReLU())
-        base = nn.Sequential(*layers).to(self.device)
+        base = linear_stack(torch, cfg).to(self.device)
         nparams = sum(p.numel() for p in base.parameters())
         x = torch.randn(cfg.ddp_batch, cfg.ddp_dim, generator=torch.Generator().manual_seed(1234 + self.rank))
         x = x.to(self.device)
@@ -299,30 +285,4 @@ class CudaRankBench(RankBench):
 
 def rank_main(rank: int, P: int, cfg: Config, store_path: str, q):
     """Entry point of a spawned rank (``--device cuda``)."""
-    ok = False
-    try:
-        logger = logging.getLogger("godist")
-        logger.addHandler(_ToParent(rank, q))
-        logger.propagate = False
-        import torch
-
-        torch.set_num_threads(1)
-        b = CudaRankBench(rank, P, cfg, store_path, q)
-        b.run()
-        ok = True
-        q.put(("done", rank, None))
-    except BaseException:  # noqa: BLE001 - everything goes to the parent
-        q.put(("error", rank, traceback.format_exc()))
-    finally:
-        if ok:
-            try:
-                import torch.distributed as dist
-
-                dist.destroy_process_group()
-            except Exception:
-                pass
-        q.close()
-        q.join_thread()
-        if not ok:
-            sys.stderr.flush()
-            os._exit(1)
+    run_rank(CudaRankBench, rank, P, cfg, store_path, q)

@@ -19,7 +19,7 @@ import os
 
 from .config import human_bytes
 from .mpi import MPI_GROUPS, MPI_OPS
-from .report import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, _bw, _f, _ratio
+from .report import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, _bw, _f, _ratio, plot_into
 
 MPI_CSV_COLUMNS = CSV_COLUMNS + ["mpi_speedup"]
 LABELS = {"godist": "godist", "godist-mpi": "godist over MPI", "gloo": "gloo"}
@@ -205,15 +205,7 @@ def write_all(rows, meta, out_dir, want_plot=True):
             w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in MPI_CSV_COLUMNS})
     png = None
     if want_plot:
-        paths["png"] = os.path.join(out_dir, PNG_NAME)
-        try:
-            if plot(rows, paths["png"]):
-                png = PNG_NAME
-            else:
-                paths.pop("png")
-        except Exception as e:  # noqa: BLE001 - a plot failure must not lose the numbers
-            meta.setdefault("errors", []).append(f"plot failed: {type(e).__name__}: {e}")
-            paths.pop("png")
+        png = plot_into(paths, out_dir, meta, lambda path: plot(rows, path))
     with open(paths["meta"], "w") as f:
         json.dump(meta, f, indent=1)
     write_markdown(rows, meta, paths["md"], png)

@@ -14,7 +14,7 @@ from . import machine
 from .cells import CellData, Variant
 from .config import human_bytes
 from .mpi import MPI_GROUPS, init_default, mpi_description
-from .worker import RankBench
+from .worker import RankBench, error_text
 
 
 def mismatches_vs(data: CellData, ref) -> int:
@@ -154,12 +154,9 @@ class MpiRankBench(RankBench):
                     v.wrong = mismatches_vs(data, ref) if ref is not None else data.mismatches()
                 raised.append(0)
             except Exception as e:  # noqa: BLE001 - reported in the row
-                v.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+                v.error = error_text(e)
                 raised.append(1)
-        for v, r in zip(live, self.agree(raised, self.dist.ReduceOp.MAX)):
-            if r:
-                v.status = "error"
-                v.error = v.error or "raised on another rank"
+        self.mark_raised(live, raised)
 
     def run_cell(self, op: str, dtype: str, nominal: int):
         data = CellData(self.torch, op, dtype, nominal, self.rank, self.P, self._base_cache)
@@ -172,12 +169,7 @@ class MpiRankBench(RankBench):
                 v.status, v.error = "unavailable", self.mpi_error
                 variants.append(v)
         self.check(data, variants)
-        live = [v for v in variants if v.status == "ok"]
-        if live:
-            self.calibrate(live)
-            for r in range(self.cfg.repeats):
-                for v in (live if r % 2 == 0 else live[::-1]):
-                    self.time_block(v)
+        self.time_cell(variants)
         self.emit(op, dtype, nominal, data.size, data.count, variants)
         del data
 

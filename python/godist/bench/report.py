@@ -249,6 +249,21 @@ def render(out_dir, want_plot=True):
     return write_all(read_csv(os.path.join(out_dir, CSV_NAME)), meta, out_dir, want_plot, write_data=False)
 
 
+def plot_into(paths, out_dir, meta, draw):
+    """Draw the PNG with ``draw(path) -> bool`` into out_dir/results.png,
+    named in ``paths["png"]``; returns its name for the markdown, or None
+    (``paths`` then has no "png"). A failure is recorded in meta["errors"]:
+    it must not lose the numbers."""
+    paths["png"] = os.path.join(out_dir, PNG_NAME)
+    try:
+        if draw(paths["png"]):
+            return PNG_NAME
+    except Exception as e:  # noqa: BLE001 - a plot failure must not lose the numbers
+        meta.setdefault("errors", []).append(f"plot failed: {type(e).__name__}: {e}")
+    paths.pop("png")
+    return None
+
+
 def write_all(rows, meta, out_dir, want_plot=True, write_data=True):
     os.makedirs(out_dir, exist_ok=True)
     paths = {"csv": os.path.join(out_dir, CSV_NAME), "md": os.path.join(out_dir, MD_NAME),
@@ -261,16 +276,11 @@ def write_all(rows, meta, out_dir, want_plot=True, write_data=True):
     if not want_plot and not write_data and os.path.exists(os.path.join(out_dir, PNG_NAME)):
         png = PNG_NAME  # re-rendering without plotting keeps the existing plot
     if want_plot:
-        paths["png"] = os.path.join(out_dir, PNG_NAME)
-        try:
+        def draw(path):
             from .plot import plot
 
-            if plot(rows, paths["png"], ratio=has_ratio(rows, meta)):
-                png = PNG_NAME
-            else:
-                paths.pop("png")
-        except Exception as e:  # noqa: BLE001 - a plot failure must not lose the numbers
-            meta.setdefault("errors", []).append(f"plot failed: {type(e).__name__}: {e}")
-            paths.pop("png")
+            return plot(rows, path, ratio=has_ratio(rows, meta))
+
+        png = plot_into(paths, out_dir, meta, draw)
     write_markdown(rows, meta, paths["md"], png)
     return paths

@@ -10,6 +10,19 @@ import resource
 
 from .cells import CellData, Variant
 
+def linear_stack(torch, cfg):
+    """The DDP scenarios' model: ``cfg.ddp_layers`` Linear layers of
+    ``cfg.ddp_dim`` with a ReLU between each two, initialized from seed 0."""
+    nn = torch.nn
+    torch.manual_seed(0)
+    layers = []
+    for i in range(cfg.ddp_layers):
+        layers.append(nn.Linear(cfg.ddp_dim, cfg.ddp_dim))
+        if i + 1 < cfg.ddp_layers:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
 def ddp(rb):
     """The DDP step: forward and backward of a stack of Linear layers (about
     25 M float32 parameters in 25 MB buckets by default; --smoke makes it
@@ -19,16 +32,9 @@ def ddp(rb):
     checked against the harness instead: the same model's local gradients
     averaged over the ranks with an all_reduce on the default group."""
     torch, cfg, P = rb.torch, rb.cfg, rb.P
-    nn = torch.nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    torch.manual_seed(0)
-    layers = []
-    for i in range(cfg.ddp_layers):
-        layers.append(nn.Linear(cfg.ddp_dim, cfg.ddp_dim))
-        if i + 1 < cfg.ddp_layers:
-            layers.append(nn.ReLU())
-    base = nn.Sequential(*layers)
+    base = linear_stack(torch, cfg)
     nparams = sum(p.numel() for p in base.parameters())
     models = {b: DDP(copy.deepcopy(base), process_group=rb.groups[b], bucket_cap_mb=cfg.ddp_bucket_mb)
               for b in rb.backends}

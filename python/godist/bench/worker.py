@@ -66,6 +66,12 @@ def busbw_factor(op: str, P: int) -> float | None:
     return None
 
 
+def error_text(e: BaseException) -> str:
+    """How a row names the exception a variant raised: its type and the
+    first line of its message, 200 characters at most."""
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+
+
 def _cpu_seconds() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
@@ -198,12 +204,27 @@ class RankBench:
                 v.wrong = data.mismatches()
                 raised.append(0)
             except Exception as e:  # noqa: BLE001 - reported in the row
-                v.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+                v.error = error_text(e)
                 raised.append(1)
+        self.mark_raised(variants, raised)
+
+    def mark_raised(self, variants, raised):
+        """A variant that raised on any rank (``raised``: this rank's 0/1 per
+        variant) is an error on every rank."""
         for v, r in zip(variants, self.agree(raised, self.dist.ReduceOp.MAX)):
             if r:
                 v.status = "error"
                 v.error = v.error or "raised on another rank"
+
+    def time_cell(self, variants):
+        """Calibrate the variants that checked out and time ``repeats``
+        blocks of each, interleaved A-B-B-A."""
+        live = [v for v in variants if v.status == "ok"]
+        if live:
+            self.calibrate(live)
+            for r in range(self.cfg.repeats):
+                for v in (live if r % 2 == 0 else live[::-1]):
+                    self.time_block(v)
 
     def run_cell(self, op: str, dtype: str, nominal: int):
         dist, P = self.dist, self.P
@@ -218,12 +239,7 @@ class RankBench:
             fb = Variant("gloo", self.groups["gloo"], data.fn(dist, self.groups["gloo"], fallback=True), RS_FALLBACK)
             self.check(data, [fb])
             variants.append(fb)
-        live = [v for v in variants if v.status == "ok"]
-        if live:
-            self.calibrate(live)
-            for r in range(self.cfg.repeats):
-                for v in (live if r % 2 == 0 else live[::-1]):
-                    self.time_block(v)
+        self.time_cell(variants)
         self.emit(op, "-" if op == "barrier" else dtype, nominal, data.size, data.count, variants,
                   scale=0.5 if op == "send_recv" else 1.0)
         del data
@@ -341,6 +357,12 @@ class _ToParent(logging.Handler):
 
 def rank_main(rank: int, P: int, cfg: Config, store_path: str, q):
     """Entry point of a spawned rank."""
+    run_rank(RankBench, rank, P, cfg, store_path, q)
+
+
+def run_rank(bench_class, rank: int, P: int, cfg: Config, store_path: str, q):
+    """Run one spawned rank's ``bench_class`` (RankBench or a subclass);
+    its rows, its end and any traceback go to the parent over ``q``."""
     ok = False
     try:
         logger = logging.getLogger("godist")
@@ -349,7 +371,7 @@ def rank_main(rank: int, P: int, cfg: Config, store_path: str, q):
         import torch
 
         torch.set_num_threads(1)
-        b = RankBench(rank, P, cfg, store_path, q)
+        b = bench_class(rank, P, cfg, store_path, q)
         b.run()
         ok = True
         q.put(("done", rank, None))
@@ -366,4 +388,5 @@ def rank_main(rank: int, P: int, cfg: Config, store_path: str, q):
         q.close()
         q.join_thread()
         if not ok:
+            sys.stderr.flush()
             os._exit(1)  # peers may be stuck in a collective with us; do not wait for them
