@@ -58,6 +58,98 @@ def _bytes(option, text):
         raise BadOption(f"{option}: {e}") from None
 
 
+def parse_world_sizes(text) -> list[int]:
+    """--world-sizes: the world sizes, first occurrence kept."""
+    sizes = list(dict.fromkeys(_ints("--world-sizes", text)))
+    if not sizes:
+        raise BadOption("--world-sizes: no world size given")
+    return sizes
+
+
+def parse_ops(text, allowed, unknown="--ops: unknown operation {op}; choose from {choices}") -> list[str]:
+    """--ops: the operations named (aliases resolved, first occurrence kept);
+    one not in ``allowed`` raises ``unknown`` with {op} (its repr) and
+    {choices} filled in."""
+    ops = []
+    for x in _csv_list(text):
+        x = OP_ALIASES.get(x.lower(), x.lower())
+        if x not in allowed:
+            raise BadOption(unknown.format(op=repr(x), choices=", ".join(allowed)))
+        if x not in ops:
+            ops.append(x)
+    if not ops:
+        raise BadOption("--ops: no operation given")
+    return ops
+
+
+def parse_backends(text, allowed, choose="choose godist, gloo or godist,gloo") -> list[str]:
+    """--backends: the backends named, in ``allowed``'s order; ``choose``
+    ends the message for a wrong one."""
+    chosen = [x.lower() for x in _csv_list(text)]
+    bad = [x for x in chosen if x not in allowed]
+    if bad or not chosen:
+        raise BadOption(f"--backends: {'unknown ' + ', '.join(map(repr, bad)) if bad else 'none given'}; {choose}")
+    return [b for b in allowed if b in chosen]
+
+
+def set_sizes(a, cfg: Config, lo: int, hi: int, step: int):
+    """cfg.sizes from --sizes, or from --min-bytes/--max-bytes/--step over
+    the mode's defaults ``lo``, ``hi`` and ``step`` (a preset cfg.sizes
+    stays where none of them is given)."""
+    if a.min_bytes:
+        lo = _bytes("--min-bytes", a.min_bytes)
+    if a.max_bytes:
+        hi = _bytes("--max-bytes", a.max_bytes)
+    if a.step is not None:
+        if a.step < 2:
+            raise BadOption("--step: the factor between sizes must be at least 2")
+        step = a.step
+    if a.sizes is not None:
+        cfg.sizes = sorted({_bytes("--sizes", x) for x in _csv_list(a.sizes)})
+        if not cfg.sizes:
+            raise BadOption("--sizes: no size given")
+    elif not cfg.sizes or a.min_bytes or a.max_bytes or a.step:
+        cfg.sizes = geometric_sizes(lo, hi, step)
+        if not cfg.sizes:
+            raise BadOption(f"--min-bytes {human_bytes(lo)} is above --max-bytes {human_bytes(hi)}: no sizes")
+    if any(s < 1 for s in cfg.sizes):
+        raise BadOption("--sizes/--min-bytes: every size must be at least 1 byte")
+
+
+def set_process_options(a, cfg: Config, world_timeout=True):
+    """--timeout (where ``world_timeout``), --op-timeout, --tcp-only and
+    --default-malloc."""
+    if world_timeout and a.timeout:
+        cfg.world_timeout_s = a.timeout
+    if a.op_timeout:
+        cfg.op_timeout_s = a.op_timeout
+    cfg.tcp_only = a.tcp_only
+    cfg.pin_malloc = not a.default_malloc
+
+
+def check_timing(cfg: Config):
+    """--repeats and --target-ms must leave something to time."""
+    if cfg.repeats < 1:
+        raise BadOption("--repeats must be at least 1")
+    if cfg.target_s <= 0:
+        raise BadOption("--target-ms must be above 0")
+
+
+def set_rank_env(cfg: Config, master_addr=True):
+    """The environment the ranks run in (they inherit it: set it before
+    they start): one OpenMP thread, gloo on loopback, the transport and
+    malloc settings of cfg."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if master_addr:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if cfg.tcp_only:
+        os.environ["GODIST_TRANSPORT"] = "tcp"
+    if cfg.pin_malloc:
+        for k, v in MALLOC_ENV.items():
+            os.environ.setdefault(k, v)
+
+
 def build_parser():
     p = argparse.ArgumentParser(
         prog="python -m godist.bench",
@@ -138,45 +230,12 @@ def config_from_args(a) -> Config:
         cfg.world_timeout_s = 240
         cfg.op_timeout_s = 60
     if a.world_sizes is not None:
-        cfg.world_sizes = list(dict.fromkeys(_ints("--world-sizes", a.world_sizes)))
-        if not cfg.world_sizes:
-            raise BadOption("--world-sizes: no world size given")
+        cfg.world_sizes = parse_world_sizes(a.world_sizes)
     if a.ops is not None:
-        ops = []
-        for x in _csv_list(a.ops):
-            x = OP_ALIASES.get(x.lower(), x.lower())
-            if x not in OPS:
-                raise BadOption(f"--ops: unknown operation {x!r}; choose from {', '.join(OPS)}")
-            if x not in ops:
-                ops.append(x)
-        if not ops:
-            raise BadOption("--ops: no operation given")
-        cfg.ops = ops
+        cfg.ops = parse_ops(a.ops, OPS)
     if a.backends is not None:
-        chosen = [x.lower() for x in _csv_list(a.backends)]
-        bad = [x for x in chosen if x not in BACKENDS]
-        if bad or not chosen:
-            raise BadOption(f"--backends: {'unknown ' + ', '.join(map(repr, bad)) if bad else 'none given'}; "
-                            f"choose godist, gloo or godist,gloo")
-        cfg.backends = [b for b in BACKENDS if b in chosen]
-    if a.min_bytes:
-        lo = _bytes("--min-bytes", a.min_bytes)
-    if a.max_bytes:
-        hi = _bytes("--max-bytes", a.max_bytes)
-    if a.step is not None:
-        if a.step < 2:
-            raise BadOption("--step: the factor between sizes must be at least 2")
-        step = a.step
-    if a.sizes is not None:
-        cfg.sizes = sorted({_bytes("--sizes", x) for x in _csv_list(a.sizes)})
-        if not cfg.sizes:
-            raise BadOption("--sizes: no size given")
-    elif not cfg.sizes or a.min_bytes or a.max_bytes or a.step:
-        cfg.sizes = geometric_sizes(lo, hi, step)
-        if not cfg.sizes:
-            raise BadOption(f"--min-bytes {human_bytes(lo)} is above --max-bytes {human_bytes(hi)}: no sizes")
-    if any(s < 1 for s in cfg.sizes):
-        raise BadOption("--sizes/--min-bytes: every size must be at least 1 byte")
+        cfg.backends = parse_backends(a.backends, BACKENDS)
+    set_sizes(a, cfg, lo, hi, step)
     if a.repeats:
         cfg.repeats = a.repeats
     if a.target_ms:
@@ -203,19 +262,11 @@ def config_from_args(a) -> Config:
         cfg.ddp_repeats = a.ddp_repeats
     if a.infer_iters:
         cfg.infer_iters = a.infer_iters
-    if a.timeout:
-        cfg.world_timeout_s = a.timeout
-    if a.op_timeout:
-        cfg.op_timeout_s = a.op_timeout
-    cfg.tcp_only = a.tcp_only
-    cfg.pin_malloc = not a.default_malloc
+    set_process_options(a, cfg)
     cfg.spot_sizes = spot_sizes_for(cfg.sizes)
     if any(p < 2 for p in cfg.world_sizes):
         raise BadOption("--world-sizes: every world size must be at least 2")
-    if cfg.repeats < 1:
-        raise BadOption("--repeats must be at least 1")
-    if cfg.target_s <= 0:
-        raise BadOption("--target-ms must be above 0")
+    check_timing(cfg)
     return cfg
 
 
@@ -328,15 +379,7 @@ def main(argv=None) -> int:
     n_scenarios = sum(len(scenario_list(cfg, P)) for P in cfg.world_sizes)
     progress = Progress(total, worlds=len(cfg.world_sizes))
 
-    # The ranks inherit this environment (spawn): set it before they start.
-    os.environ["OMP_NUM_THREADS"] = "1"
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if cfg.tcp_only:
-        os.environ["GODIST_TRANSPORT"] = "tcp"
-    if cfg.pin_malloc:
-        for k, v in MALLOC_ENV.items():
-            os.environ.setdefault(k, v)
+    set_rank_env(cfg)
 
     m = machine.info()
     header = machine.header_lines(m)

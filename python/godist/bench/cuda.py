@@ -36,7 +36,7 @@ import sys
 import time
 
 from . import machine
-from .config import CUDA_BACKENDS, CUDA_OPS, MALLOC_ENV, OP_ALIASES, Config, geometric_sizes, human_bytes
+from .config import CUDA_BACKENDS, CUDA_OPS, MALLOC_ENV, Config, human_bytes
 
 NO_CUDA_EXIT = 1
 
@@ -90,7 +90,8 @@ def cuda_unavailable(need_nccl: bool = True) -> str | None:
 
 def config_from_args(a) -> Config:
     """The CUDA mode's Config; raises cli.BadOption."""
-    from .cli import BadOption, _bytes, _csv_list, _ints
+    from .cli import (BadOption, _bytes, _csv_list, _ints, check_timing, parse_backends, parse_ops, parse_world_sizes,
+                      set_process_options, set_sizes)
 
     cfg = Config(device="cuda", backends=list(CUDA_BACKENDS), world_sizes=[1, 2], ops=list(CUDA_OPS),
                  spot_dtypes=[], scenarios=["ddp"], ddp_dim=1024, ddp_layers=8, ddp_batch=64, ddp_bucket_mb=25.0,
@@ -108,47 +109,14 @@ def config_from_args(a) -> Config:
         cfg.issue_ops = 10
         cfg.world_timeout_s, cfg.op_timeout_s = 240, 60
     if a.world_sizes is not None:
-        cfg.world_sizes = list(dict.fromkeys(_ints("--world-sizes", a.world_sizes)))
-        if not cfg.world_sizes:
-            raise BadOption("--world-sizes: no world size given")
+        cfg.world_sizes = parse_world_sizes(a.world_sizes)
     if any(p < 1 for p in cfg.world_sizes):
         raise BadOption("--world-sizes: every world size must be at least 1")
     if a.ops is not None:
-        ops = []
-        for x in _csv_list(a.ops):
-            x = OP_ALIASES.get(x.lower(), x.lower())
-            if x not in CUDA_OPS:
-                raise BadOption(f"--ops: {x!r} is not benchmarked with --device cuda; choose from {', '.join(CUDA_OPS)}")
-            if x not in ops:
-                ops.append(x)
-        if not ops:
-            raise BadOption("--ops: no operation given")
-        cfg.ops = ops
+        cfg.ops = parse_ops(a.ops, CUDA_OPS, "--ops: {op} is not benchmarked with --device cuda; choose from {choices}")
     if a.backends is not None:
-        chosen = [x.lower() for x in _csv_list(a.backends)]
-        bad = [x for x in chosen if x not in CUDA_BACKENDS]
-        if bad or not chosen:
-            raise BadOption(f"--backends: {'unknown ' + ', '.join(map(repr, bad)) if bad else 'none given'}; "
-                            "with --device cuda choose godist, nccl or godist,nccl")
-        cfg.backends = [b for b in CUDA_BACKENDS if b in chosen]
-    if a.min_bytes:
-        lo = _bytes("--min-bytes", a.min_bytes)
-    if a.max_bytes:
-        hi = _bytes("--max-bytes", a.max_bytes)
-    if a.step is not None:
-        if a.step < 2:
-            raise BadOption("--step: the factor between sizes must be at least 2")
-        step = a.step
-    if a.sizes is not None:
-        cfg.sizes = sorted({_bytes("--sizes", x) for x in _csv_list(a.sizes)})
-        if not cfg.sizes:
-            raise BadOption("--sizes: no size given")
-    elif not cfg.sizes or a.min_bytes or a.max_bytes or a.step:
-        cfg.sizes = geometric_sizes(lo, hi, step)
-        if not cfg.sizes:
-            raise BadOption(f"--min-bytes {human_bytes(lo)} is above --max-bytes {human_bytes(hi)}: no sizes")
-    if any(s < 1 for s in cfg.sizes):
-        raise BadOption("--sizes/--min-bytes: every size must be at least 1 byte")
+        cfg.backends = parse_backends(a.backends, CUDA_BACKENDS, "with --device cuda choose godist, nccl or godist,nccl")
+    set_sizes(a, cfg, lo, hi, step)
     if a.spot_dtypes:
         raise BadOption("--spot-dtypes: --device cuda times float32 only")
     if a.scenarios is not None:
@@ -165,16 +133,8 @@ def config_from_args(a) -> Config:
         cfg.target_s = a.target_ms / 1e3
     if a.issue_max_bytes:
         cfg.issue_max_bytes = _bytes("--issue-max-bytes", a.issue_max_bytes)
-    if a.timeout:
-        cfg.world_timeout_s = a.timeout
-    if a.op_timeout:
-        cfg.op_timeout_s = a.op_timeout
-    cfg.tcp_only = a.tcp_only
-    cfg.pin_malloc = not a.default_malloc
-    if cfg.repeats < 1:
-        raise BadOption("--repeats must be at least 1")
-    if cfg.target_s <= 0:
-        raise BadOption("--target-ms must be above 0")
+    set_process_options(a, cfg)
+    check_timing(cfg)
     if cfg.issue_ops < 1:
         raise BadOption("--issue-ops must be at least 1")
     return cfg
@@ -207,7 +167,7 @@ def gpu_lines(world_sizes) -> list[str]:
 def main(a, parser, argv=None) -> int:
     """The CUDA mode's parent: check, spawn each world size, write the results."""
     from . import cuda_report
-    from .cli import BadOption, Live, run_world
+    from .cli import BadOption, Live, run_world, set_rank_env
     from .config import scenario_list
     from .progress import Progress
 
@@ -225,14 +185,7 @@ def main(a, parser, argv=None) -> int:
     n_scenarios = sum(len(scenario_list(cfg, P)) for P in cfg.world_sizes)
     progress = Progress(total, worlds=len(cfg.world_sizes))
 
-    os.environ["OMP_NUM_THREADS"] = "1"
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if cfg.tcp_only:
-        os.environ["GODIST_TRANSPORT"] = "tcp"
-    if cfg.pin_malloc:
-        for k, v in MALLOC_ENV.items():
-            os.environ.setdefault(k, v)
+    set_rank_env(cfg)
 
     m = machine.info()
     header = machine.header_lines(m) + gpu_lines(cfg.world_sizes)

@@ -38,7 +38,7 @@ import sys
 import time
 import traceback
 
-from .config import MALLOC_ENV, OP_ALIASES, Config, geometric_sizes, human_bytes
+from .config import Config, human_bytes
 
 MPI_OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
 # The timed groups, in column order: godist on its own transports, godist
@@ -93,7 +93,7 @@ def mpi_description(impl: str) -> str:
 
 def config_from_args(a) -> Config:
     """The MPI mode's Config; raises cli.BadOption."""
-    from .cli import BadOption, _bytes, _csv_list
+    from .cli import BadOption, _csv_list, check_timing, parse_ops, set_process_options, set_sizes
 
     if a.device != "cpu":
         raise BadOption("--mpi times CPU tensors: leave out --device")
@@ -116,47 +116,15 @@ def config_from_args(a) -> Config:
         cfg.sizes = [8, 64 << 10]
         cfg.op_timeout_s = 60
     if a.ops is not None:
-        ops = []
-        for x in _csv_list(a.ops):
-            x = OP_ALIASES.get(x.lower(), x.lower())
-            if x not in MPI_OPS:
-                raise BadOption(f"--ops: {x!r} is not timed with --mpi; choose from {', '.join(MPI_OPS)}")
-            if x not in ops:
-                ops.append(x)
-        if not ops:
-            raise BadOption("--ops: no operation given")
-        cfg.ops = ops
-    if a.min_bytes:
-        lo = _bytes("--min-bytes", a.min_bytes)
-    if a.max_bytes:
-        hi = _bytes("--max-bytes", a.max_bytes)
-    if a.step is not None:
-        if a.step < 2:
-            raise BadOption("--step: the factor between sizes must be at least 2")
-        step = a.step
-    if a.sizes is not None:
-        cfg.sizes = sorted({_bytes("--sizes", x) for x in _csv_list(a.sizes)})
-        if not cfg.sizes:
-            raise BadOption("--sizes: no size given")
-    elif not cfg.sizes or a.min_bytes or a.max_bytes or a.step:
-        cfg.sizes = geometric_sizes(lo, hi, step)
-        if not cfg.sizes:
-            raise BadOption(f"--min-bytes {human_bytes(lo)} is above --max-bytes {human_bytes(hi)}: no sizes")
-    if any(s < 1 for s in cfg.sizes):
-        raise BadOption("--sizes/--min-bytes: every size must be at least 1 byte")
+        cfg.ops = parse_ops(a.ops, MPI_OPS, "--ops: {op} is not timed with --mpi; choose from {choices}")
+    set_sizes(a, cfg, lo, hi, step)
     for name in ("repeats", "max_iters"):
         if getattr(a, name) is not None:
             setattr(cfg, name, getattr(a, name))
     if a.target_ms is not None:
         cfg.target_s = a.target_ms / 1e3
-    if a.op_timeout:
-        cfg.op_timeout_s = a.op_timeout
-    cfg.tcp_only = a.tcp_only
-    cfg.pin_malloc = not a.default_malloc
-    if cfg.repeats < 1:
-        raise BadOption("--repeats must be at least 1")
-    if cfg.target_s <= 0:
-        raise BadOption("--target-ms must be above 0")
+    set_process_options(a, cfg, world_timeout=False)
+    check_timing(cfg)
     if cfg.max_iters < 1:
         raise BadOption("--max-iters must be at least 1")
     return cfg
@@ -198,7 +166,7 @@ def init_default(timeout):
 
 def main(a, parser, argv=None) -> int:
     """One MPI rank of the MPI mode."""
-    from .cli import BadOption
+    from .cli import BadOption, set_rank_env
 
     where = launcher()
     if where is None:
@@ -216,13 +184,9 @@ def main(a, parser, argv=None) -> int:
         if rank != 0:
             return 2
         parser.error(str(e))
-    os.environ["OMP_NUM_THREADS"] = "1"
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    if cfg.tcp_only:
-        os.environ["GODIST_TRANSPORT"] = "tcp"
-    if cfg.pin_malloc:  # glibc reads these at start-up: recorded, in effect only when set before mpirun
-        for k, v in MALLOC_ENV.items():
-            os.environ.setdefault(k, v)
+    # No MASTER_ADDR: MPI makes the groups. The malloc settings are recorded; glibc reads them at start-up, so
+    # they are in effect only when set before mpirun.
+    set_rank_env(cfg, master_addr=False)
     try:
         from .mpi_worker import MpiRankBench
 

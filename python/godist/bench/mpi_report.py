@@ -19,7 +19,7 @@ import os
 
 from .config import human_bytes
 from .mpi import MPI_GROUPS, MPI_OPS
-from .report import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, _bw, _f, _ratio, plot_into
+from .report import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, _bw, _f, _ratio, plot_into
 
 MPI_CSV_COLUMNS = CSV_COLUMNS + ["mpi_speedup"]
 LABELS = {"godist": "godist", "godist-mpi": "godist over MPI", "gloo": "gloo"}

@@ -76,16 +76,7 @@ class MpiRankBench(RankBench):
         setup["new_group(gloo)"] = time.perf_counter() - t
         self.backends = [b for b in MPI_GROUPS if b in self.groups]
         self.mpi_error = mpi_err
-        be = dist.group.WORLD
-        try:
-            be = be._get_backend(torch.device("cpu"))
-        except Exception:  # noqa: BLE001
-            pass
-        shm = getattr(be, "shared_memory", None)
-        v = self.gather(list(setup.values()) + [-1.0 if shm is None else float(bool(shm))])
-        flags = {float(x) for x in v[:, -1]}
-        self.transport = {frozenset({1.0}): "shm", frozenset({0.0}): "tcp",
-                          frozenset({-1.0}): "tcp (no shared_memory property)"}.get(frozenset(flags), "mixed")
+        v = self.gather_setup(setup, dist.group.WORLD)
         self.setup_times = {k: float(v[:, i].max()) for i, k in enumerate(setup)}
         self.oversubscribed = False
         self.header, self.mpi_text, self.group_status = [], "", {}

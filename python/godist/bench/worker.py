@@ -109,20 +109,7 @@ class RankBench:
                 t = time.perf_counter()
                 self.groups[b] = dist.new_group(backend=b, timeout=timeout)
                 setup[f"new_group({b})"] = time.perf_counter() - t
-        shm = None
-        if "godist" in self.groups:
-            # Which transport godist picked (the property exists once shared
-            # memory is wired in; before that godist is TCP only).
-            be = self.groups["godist"]
-            try:
-                be = be._get_backend(torch.device("cpu"))
-            except Exception:
-                pass
-            shm = getattr(be, "shared_memory", None)
-        v = self.gather(list(setup.values()) + [-1.0 if shm is None else float(bool(shm))])
-        flags = {float(x) for x in v[:, -1]}
-        self.transport = {frozenset({1.0}): "shm", frozenset({0.0}): "tcp",
-                          frozenset({-1.0}): "tcp (no shared_memory property)"}.get(frozenset(flags), "mixed")
+        v = self.gather_setup(setup, self.groups.get("godist"))
         if rank == 0:
             info = {k: float(v[:, i].max()) for i, k in enumerate(setup)}
             if "godist" in self.groups:
@@ -130,6 +117,25 @@ class RankBench:
                 self.note(f"godist transport: {self.transport}")
             else:
                 self.send("setup", {"times": info})
+
+    def gather_setup(self, setup: dict, godist_group):
+        """Gather every rank's ``setup`` times and the transport godist's
+        group picked (self.transport: shm, tcp or mixed; the property exists
+        once shared memory is wired in, before that godist is TCP only).
+        Returns the gathered rows: setup's values, then the shm flag."""
+        shm = None
+        if godist_group is not None:
+            be = godist_group
+            try:
+                be = be._get_backend(self.torch.device("cpu"))
+            except Exception:  # noqa: BLE001
+                pass
+            shm = getattr(be, "shared_memory", None)
+        v = self.gather(list(setup.values()) + [-1.0 if shm is None else float(bool(shm))])
+        flags = {float(x) for x in v[:, -1]}
+        self.transport = {frozenset({1.0}): "shm", frozenset({0.0}): "tcp",
+                          frozenset({-1.0}): "tcp (no shared_memory property)"}.get(frozenset(flags), "mixed")
+        return v
 
     # ----- harness (gloo default group, never timed) ------------------------
     def send(self, kind, payload):
