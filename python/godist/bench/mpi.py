@@ -73,9 +73,13 @@ def mpi_description(impl: str) -> str:
         if info is not None:
             v = info()
             if isinstance(v, dict):
-                if v.get("shim"):
-                    v["shim"] = os.path.basename(v["shim"])  # which shim, not where this machine keeps it
-                return "; ".join(f"{k} {v[k]}" for k in v if v[k] not in (None, ""))
+                # "Open MPI v4.1.4, ...; godist's shim libgodist_mpi_openmpi.so; MPI_THREAD_MULTIPLE"
+                # (the shim by its file name, not where this machine keeps it)
+                parts = [v.get("version") or v.get("impl", "MPI"),
+                         f"godist's shim {os.path.basename(v['shim'])}" if v.get("shim") else "",
+                         v.get("provided_name") or "",
+                         "initialised by godist" if v.get("initialized_by_godist") else ""]
+                return "; ".join(p for p in parts if p)
             return str(v)
     except Exception:  # noqa: BLE001 - fall back to the launcher
         pass
