@@ -721,20 +721,32 @@ int gm_ialltoallv(int comm, const void *in, const int64_t *scounts, const int64_
 	START(MPI_Ialltoallv(in, a, a + n, MPI_BYTE, out, a + 2 * n, a + 3 * n, MPI_BYTE, c, R), 0, 1, a);
 }
 
+// rooted_args prepares a gatherv or scatterv: the communicator, its size,
+// and at the root (*at_root) the per-rank counts and displacements as ints
+// (*a, NULL elsewhere).
+static int rooted_args(int comm, int64_t nbytes, const int64_t *counts, const int64_t *displs, int root, MPI_Comm *c,
+                       int *n, int *at_root, int **a) {
+	int rc = get_comm(comm, c);
+	if (rc) return rc;
+	if (!fits(nbytes)) return GM_ERR_ARG;
+	int me = 0;
+	if ((rc = MPI_Comm_size(*c, n)) != MPI_SUCCESS) return rc;
+	if ((rc = MPI_Comm_rank(*c, &me)) != MPI_SUCCESS) return rc;
+	*a = NULL;
+	*at_root = me == root;
+	if (!*at_root) return 0;
+	if (!counts || !displs) return GM_ERR_ARG;
+	const int64_t *src[2] = {counts, displs};
+	return int_arrays(*n, 2, src, a);
+}
+
 int gm_igatherv(int comm, const void *in, int64_t nbytes, void *out, const int64_t *rcounts, const int64_t *rdispls,
                 int root, int64_t *req) {
 	MPI_Comm c;
-	int rc = get_comm(comm, &c);
+	int n = 0, at_root = 0, *a = NULL;
+	int rc = rooted_args(comm, nbytes, rcounts, rdispls, root, &c, &n, &at_root, &a);
 	if (rc) return rc;
-	if (!fits(nbytes)) return GM_ERR_ARG;
-	int n = 0, me = 0;
-	if ((rc = MPI_Comm_size(c, &n)) != MPI_SUCCESS) return rc;
-	if ((rc = MPI_Comm_rank(c, &me)) != MPI_SUCCESS) return rc;
-	int *a = NULL;
-	if (me == root) {
-		if (!rcounts || !rdispls) return GM_ERR_ARG;
-		const int64_t *src[2] = {rcounts, rdispls};
-		if ((rc = int_arrays(n, 2, src, &a))) return rc;
+	if (at_root) {
 		START(MPI_Igatherv(in, (int)nbytes, MPI_BYTE, out, a, a + n, MPI_BYTE, root, c, R), 0, 1, a);
 	}
 	START(MPI_Igatherv(in, (int)nbytes, MPI_BYTE, NULL, NULL, NULL, MPI_BYTE, root, c, R), 0, 1, a);
@@ -743,17 +755,10 @@ int gm_igatherv(int comm, const void *in, int64_t nbytes, void *out, const int64
 int gm_iscatterv(int comm, const void *in, const int64_t *scounts, const int64_t *sdispls, void *out, int64_t nbytes,
                  int root, int64_t *req) {
 	MPI_Comm c;
-	int rc = get_comm(comm, &c);
+	int n = 0, at_root = 0, *a = NULL;
+	int rc = rooted_args(comm, nbytes, scounts, sdispls, root, &c, &n, &at_root, &a);
 	if (rc) return rc;
-	if (!fits(nbytes)) return GM_ERR_ARG;
-	int n = 0, me = 0;
-	if ((rc = MPI_Comm_size(c, &n)) != MPI_SUCCESS) return rc;
-	if ((rc = MPI_Comm_rank(c, &me)) != MPI_SUCCESS) return rc;
-	int *a = NULL;
-	if (me == root) {
-		if (!scounts || !sdispls) return GM_ERR_ARG;
-		const int64_t *src[2] = {scounts, sdispls};
-		if ((rc = int_arrays(n, 2, src, &a))) return rc;
+	if (at_root) {
 		START(MPI_Iscatterv(in, a, a + n, MPI_BYTE, out, (int)nbytes, MPI_BYTE, root, c, R), 0, 1, a);
 	}
 	START(MPI_Iscatterv(NULL, NULL, NULL, MPI_BYTE, out, (int)nbytes, MPI_BYTE, root, c, R), 0, 1, a);
