@@ -101,3 +101,29 @@ def init(rank, n, init_file, backend="godist", timeout_s: float = 60, gloo_group
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=n,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return dist.new_group(backend="gloo") if gloo_group else None
+
+
+def run_session(argv, cwd, env, timeout: float):
+    """Run argv in its own session and return the CompletedProcess; on
+    timeout kill the whole session (every rank it started) and fail the
+    test with what it printed. Ranks a failed run left behind are killed
+    too."""
+    import signal
+    import subprocess
+
+    import pytest
+
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(argv)} did not finish in {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from harness import run_session
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -40,20 +41,7 @@ def run_program(argv: list[str], timeout: float = RUN_TIMEOUT) -> subprocess.Com
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)  # a program decides from these whether torchrun started it
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "python"), env.get("PYTHONPATH")) if p)
-    proc = subprocess.Popen(argv, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{' '.join(argv)} did not finish in {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # ranks left behind by a failed run
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    return run_session(argv, str(ROOT), env, timeout)
 
 
 def spawned(name: str, world: int, *args: str) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from godist import _lib, _mpi
+from harness import run_session
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -66,20 +66,7 @@ def _need_mpi(impl: str) -> list[str]:
 def _mpirun(impl: str, n: int, *args: str, timeout: float = RUN_TIMEOUT, **env) -> subprocess.CompletedProcess:
     """mpirun -np n python args, in its own session, killed whole on timeout."""
     argv = [*_need_mpi(impl), "-np", str(n), sys.executable, *args]
-    proc = subprocess.Popen(argv, cwd=str(ROOT), env=_child_env(**env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{' '.join(argv)} did not finish in {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # ranks left behind by a failed run
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    return run_session(argv, str(ROOT), _child_env(**env), timeout)
 
 
 def _report(r: subprocess.CompletedProcess) -> str:
