@@ -247,10 +247,14 @@ func deviceCalls(pg *libgodist.ProcessGroup, c *C.godist_op, name string) ([]bac
 		if err != nil {
 			return nil, 0, err
 		}
-		if name == "send" {
-			return []backend.DeviceCall{moveCall(backend.CallSend, b, devBuf{}, peer)}, peer, nil
+		comm := peer
+		if peer == rank {
+			comm = libgodist.GroupComm // to itself: only within a batch, on the group's communicator
 		}
-		return []backend.DeviceCall{moveCall(backend.CallRecv, devBuf{}, b, peer)}, peer, nil
+		if name == "send" {
+			return []backend.DeviceCall{moveCall(backend.CallSend, b, devBuf{}, peer)}, comm, nil
+		}
+		return []backend.DeviceCall{moveCall(backend.CallRecv, devBuf{}, b, peer)}, comm, nil
 	}
 	return nil, 0, fmt.Errorf("%w: %s has no CUDA form", libgodist.ErrInvalid, name)
 }

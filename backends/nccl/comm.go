@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -35,6 +36,7 @@ type Comm struct {
 	pre     unsafe.Pointer // orders own after a caller's stream (re-recorded by every async launch)
 	scratch *C.gn_call     // C memory for a launch's calls
 	nfit    int            // calls scratch holds
+	stop    *C.int         // C memory: set by Abort, ends a launch's wait for NCCL calls in progress
 	aborted bool
 	closed  bool
 
@@ -65,10 +67,11 @@ func NewComm(ctx context.Context, s backend.DeviceSetup) (*Comm, error) {
 	if len(s.ID) != 128 {
 		return nil, fmt.Errorf("%w: an NCCL unique id has 128 bytes, got %d", backend.ErrUnsupported, len(s.ID))
 	}
-	c := &Comm{dev: s.Device}
+	c := &Comm{dev: s.Device, stop: (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))}
 	var st C.gn_status
 	if C.gn_comm_init(&c.c, &c.own, C.int(s.Device), C.int(s.Size), unsafe.Pointer(&s.ID[0]), C.int(s.Rank),
 		timeoutMs(ctx), &st) != 0 {
+		C.free(unsafe.Pointer(c.stop))
 		return nil, statusError(&st, nil)
 	}
 	if C.gn_event_create(C.int(c.dev), &c.pre, &st) != 0 {
@@ -138,7 +141,7 @@ func (c *Comm) Launch(ctx context.Context, stream uintptr, async bool, calls []b
 	}
 	var st C.gn_status
 	if C.gn_launch(c.c, C.int(c.dev), C.uintptr_t(stream), own, c.pre, end, c.scratch, C.int(len(calls)),
-		timeoutMs(ctx), &st) != 0 {
+		timeoutMs(ctx), c.stop, &st) != 0 {
 		c.Release(ev)
 		return 0, statusError(&st, c.c)
 	}
@@ -183,9 +186,12 @@ func (c *Comm) Release(ev backend.Event) {
 	}
 }
 
-// Err implements backend.DeviceComm.
+// Err implements backend.DeviceComm. While a launch holds the
+// communicator it reports nothing: the launch itself returns NCCL's error.
 func (c *Comm) Err() error {
-	c.mu.Lock()
+	if !c.mu.TryLock() {
+		return nil
+	}
 	defer c.mu.Unlock()
 	if c.aborted || c.closed {
 		return nil
@@ -198,8 +204,11 @@ func (c *Comm) Err() error {
 }
 
 // Abort implements backend.DeviceComm: ncclCommAbort, never a destroy of
-// a communicator that may hang.
+// a communicator that may hang. A launch waiting for NCCL calls in
+// progress is told to stop first (no other thread may be in NCCL during
+// the abort), so an abort never waits for a launch's deadline.
 func (c *Comm) Abort() {
+	atomic.StoreInt32((*int32)(unsafe.Pointer(c.stop)), 1)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.aborted || c.closed {
@@ -235,5 +244,6 @@ func (c *Comm) Close(ctx context.Context) error {
 	C.gn_stream_destroy(C.int(c.dev), c.own, &st)
 	C.free(unsafe.Pointer(c.scratch))
 	c.scratch, c.nfit = nil, 0
+	// c.stop stays: an Abort may still read it. One int per communicator.
 	return err
 }

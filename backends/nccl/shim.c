@@ -64,6 +64,7 @@ static struct {
 	int (*RuntimeGetVersion)(int *);
 	int (*GetDeviceCount)(int *);
 	int (*SetDevice)(int);
+	int (*GetDevice)(int *);
 	const char *(*CudaGetErrorString)(int);
 	int (*DeviceGetStreamPriorityRange)(int *, int *);
 	int (*StreamCreateWithPriority)(void **, unsigned, int);
@@ -120,6 +121,7 @@ int gn_bind(void *nccl, void *cudart, char *err, int errlen) {
 	BIND(cudart, RuntimeGetVersion, "cudaRuntimeGetVersion");
 	BIND(cudart, GetDeviceCount, "cudaGetDeviceCount");
 	BIND(cudart, SetDevice, "cudaSetDevice");
+	BIND(cudart, GetDevice, "cudaGetDevice");
 	BIND(cudart, CudaGetErrorString, "cudaGetErrorString");
 	BIND(cudart, DeviceGetStreamPriorityRange, "cudaDeviceGetStreamPriorityRange");
 	BIND(cudart, StreamCreateWithPriority, "cudaStreamCreateWithPriority");
@@ -155,6 +157,22 @@ static int cuda_fail(gn_status *st, int rc, const char *what) {
 		if (rc_ != 0) return cuda_fail(st, rc_, what); \
 	} while (0)
 
+// ON_DEVICE(d) makes device d current on the calling thread (the caller's
+// Python thread: its torch current device) for the rest of the function,
+// and restores the device that was current at every return.
+typedef struct {
+	int dev, prev;
+} dev_guard;
+
+static void restore_device(dev_guard *g) {
+	if (g->prev >= 0 && g->prev != g->dev) L.SetDevice(g->prev);
+}
+
+#define ON_DEVICE(d)                                                            \
+	dev_guard guard_ __attribute__((cleanup(restore_device))) = {(d), -1};     \
+	if (L.GetDevice(&guard_.prev) != 0) guard_.prev = -1;                      \
+	if (guard_.prev != (d)) CUDA(L.SetDevice(d), "cudaSetDevice")
+
 static int64_t now_ms(void) {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -163,8 +181,11 @@ static int64_t now_ms(void) {
 
 // settle polls a non-blocking communicator until its last call is no
 // longer in progress, at most until deadline (ms, CLOCK_MONOTONIC).
-static int settle(void *comm, int rc, int64_t deadline, const char *what, gn_status *st) {
+static int settle(void *comm, int rc, int64_t deadline, const int *stop, const char *what, gn_status *st) {
 	while (rc == NCCL_IN_PROGRESS) {
+		if (stop != NULL && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+			return nccl_fail(st, GN_STOPPED, what);
+		}
 		int state = 0;
 		int qrc = L.CommGetAsyncError(comm, &state);
 		if (qrc != 0) {
@@ -207,6 +228,7 @@ int gn_unique_id(void *out128, gn_status *st) {
 const char *gn_nccl_string(int rc) {
 	if (rc == GN_TIMEOUT) return "still in progress when the deadline passed";
 	if (rc == GN_NOT_LOADED) return "NCCL is not loaded";
+	if (rc == GN_STOPPED) return "given up: the communicator is being aborted";
 	return L.bound ? L.GetErrorString(rc) : "unknown NCCL error";
 }
 
@@ -225,7 +247,7 @@ int gn_comm_init(void **comm, void **stream, int dev, int nranks, const void *id
 	NOT_BOUND(st);
 	*comm = NULL;
 	*stream = NULL;
-	CUDA(L.SetDevice(dev), "cudaSetDevice");
+	ON_DEVICE(dev);
 	int least = 0, greatest = 0;
 	CUDA(L.DeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
 	CUDA(L.StreamCreateWithPriority(stream, STREAM_NON_BLOCKING, greatest), "cudaStreamCreateWithPriority");
@@ -243,7 +265,7 @@ int gn_comm_init(void **comm, void **stream, int dev, int nranks, const void *id
 		}
 		return nccl_fail(st, rc, "ncclCommInitRankConfig");
 	}
-	if (settle(*comm, rc, deadline, "ncclCommInitRankConfig", st) != 0) {
+	if (settle(*comm, rc, deadline, NULL, "ncclCommInitRankConfig", st) != 0) {
 		L.CommAbort(*comm);
 		*comm = NULL;
 		L.StreamDestroy(*stream);
@@ -308,11 +330,11 @@ static int issue(void *comm, const gn_call *c, void *s, int *made, gn_status *st
 }
 
 int gn_launch(void *comm, int dev, uintptr_t user_, void *own, void *pre, void *end, const gn_call *calls, int n,
-              int64_t timeout_ms, gn_status *st) {
+              int64_t timeout_ms, const int *stop, gn_status *st) {
 	NOT_BOUND(st);
 	void *user = (void *)user_;
 	int64_t deadline = now_ms() + timeout_ms;
-	CUDA(L.SetDevice(dev), "cudaSetDevice");
+	ON_DEVICE(dev);
 	void *s = user;
 	if (own != NULL) {
 		CUDA(L.EventRecord(pre, user), "cudaEventRecord");
@@ -352,7 +374,7 @@ int gn_launch(void *comm, int dev, uintptr_t user_, void *own, void *pre, void *
 		}
 	}
 	if (!failed) {
-		failed = settle(comm, rc, deadline, what, st);
+		failed = settle(comm, rc, deadline, stop, what, st);
 	}
 	for (int i = 0; i < issued; i++) {
 		if (made[i] >= 0) {
@@ -391,9 +413,9 @@ int gn_abort(void *comm, gn_status *st) {
 int gn_destroy(void *comm, int dev, int64_t timeout_ms, gn_status *st) {
 	NOT_BOUND(st);
 	int64_t deadline = now_ms() + timeout_ms;
-	CUDA(L.SetDevice(dev), "cudaSetDevice");
+	ON_DEVICE(dev);
 	int rc = L.CommFinalize(comm);
-	if ((rc != 0 && rc != NCCL_IN_PROGRESS) || settle(comm, rc, deadline, "ncclCommFinalize", st) != 0) {
+	if ((rc != 0 && rc != NCCL_IN_PROGRESS) || settle(comm, rc, deadline, NULL, "ncclCommFinalize", st) != 0) {
 		L.CommAbort(comm);
 		return rc != 0 && rc != NCCL_IN_PROGRESS ? nccl_fail(st, rc, "ncclCommFinalize") : 1;
 	}
@@ -403,7 +425,7 @@ int gn_destroy(void *comm, int dev, int64_t timeout_ms, gn_status *st) {
 
 int gn_event_create(int dev, void **ev, gn_status *st) {
 	NOT_BOUND(st);
-	CUDA(L.SetDevice(dev), "cudaSetDevice");
+	ON_DEVICE(dev);
 	CUDA(L.EventCreateWithFlags(ev, EVENT_DISABLE_TIMING), "cudaEventCreateWithFlags");
 	return 0;
 }
@@ -425,14 +447,14 @@ int gn_event_destroy(void *ev, gn_status *st) {
 
 int gn_stream_wait(int dev, uintptr_t stream, void *ev, gn_status *st) {
 	NOT_BOUND(st);
-	CUDA(L.SetDevice(dev), "cudaSetDevice");
+	ON_DEVICE(dev);
 	CUDA(L.StreamWaitEvent((void *)stream, ev, 0), "cudaStreamWaitEvent");
 	return 0;
 }
 
 int gn_stream_destroy(int dev, void *stream, gn_status *st) {
 	NOT_BOUND(st);
-	CUDA(L.SetDevice(dev), "cudaSetDevice");
+	ON_DEVICE(dev);
 	CUDA(L.StreamDestroy(stream), "cudaStreamDestroy");
 	return 0;
 }

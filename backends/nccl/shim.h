@@ -23,6 +23,7 @@ enum {
 enum {
 	GN_TIMEOUT = 1000,     // a non-blocking call stayed in progress past its deadline
 	GN_NOT_LOADED = 1001,  // gn_bind has not succeeded
+	GN_STOPPED = 1002,     // a call in progress was given up because the communicator is being aborted
 };
 
 // gn_call describes one NCCL call. count is in elements of dtype; root is
@@ -69,8 +70,10 @@ int gn_comm_init(void **comm, void **stream, int dev, int nranks, const void *id
 // gn_launch enqueues calls (in one NCCL group when n > 1) on user's stream,
 // or, when own is not NULL, on own after everything queued on user so far
 // (recording pre on user), and records end after them.
+// *stop set (by another thread, about to abort the communicator) ends its
+// wait for calls in progress.
 int gn_launch(void *comm, int dev, uintptr_t user, void *own, void *pre, void *end, const gn_call *calls, int n,
-              int64_t timeout_ms, gn_status *st);
+              int64_t timeout_ms, const int *stop, gn_status *st);
 int gn_async_error(void *comm, gn_status *st);
 int gn_abort(void *comm, gn_status *st);
 // gn_destroy finalizes and destroys a healthy communicator, aborting it if

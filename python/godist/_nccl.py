@@ -59,17 +59,19 @@ class CudaWork(GodistWork):
     """The Work of an asynchronous op on CUDA tensors: wait() orders the
     caller's current stream after the op instead of blocking the CPU."""
 
-    def __init__(self, op, outputs, pg, device, contig):
+    def __init__(self, op, outputs, pg, device, contig, side):
         super().__init__(op, outputs)
-        self._pg, self._device, self._contig, self._h = pg, device, contig, 0
-        self._ordered = False
+        self._pg, self._device, self._contig, self._h, self._side = pg, device, contig, 0, side
+        self._copied = None  # the event after the copy-backs of non-contiguous outputs, once made
 
-    def _order(self):
-        """Make the current stream wait for the op and copy non-contiguous
-        outputs back on it; raise the op's error."""
+    def _order(self, stream=None):
+        """Make stream (default: the current one) wait for the op, and for
+        the copy-backs of non-contiguous outputs, which the first call
+        enqueues on it; raise the op's error."""
+        if stream is None:
+            stream = torch.cuda.current_stream(self._device)
         if not self._done and self._h:
-            blk = _lib.GodistOp(pg=self._pg._h, work=self._h,
-                                stream=torch.cuda.current_stream(self._device).cuda_stream)
+            blk = _lib.GodistOp(pg=self._pg._h, work=self._h, stream=stream.cuda_stream)
             eb = _lib._errbuf()
             blk.errbuf, blk.errlen = ctypes.addressof(eb), _lib.ERRLEN
             rc = _lib.load().raw.device_order(ctypes.addressof(blk))
@@ -79,10 +81,15 @@ class CudaWork(GodistWork):
                 raise _errors.from_buffer(rc, eb)
         if self._exc is not None:
             raise self._exc
-        if not self._ordered:
-            self._ordered = True
-            with torch.cuda.device(self._device):
+        if not self._contig.copies:
+            return
+        if self._copied is None:
+            with torch.cuda.device(self._device), torch.cuda.stream(stream):
                 self._contig.finalize()
+                self._copied = torch.cuda.Event()
+                self._copied.record(stream)
+        else:
+            stream.wait_event(self._copied)
 
     def wait(self, timeout=None) -> bool:
         self._order()
@@ -95,13 +102,18 @@ class CudaWork(GodistWork):
         self._order()
 
     def get_future(self):
+        """A CUDA-aware future, completed at once, whose value is ordered
+        after the op on a side stream: only code that uses the value waits
+        for the op (as with ProcessGroupNCCL), not the caller's stream (DDP
+        asks for the future right after launching each bucket's all-reduce,
+        and its backward pass must not queue behind it)."""
         fut = torch.futures.Future(devices=[self._device])
-        try:
-            self._order()
-        except Exception as e:
-            fut.set_exception(e)
-            return fut
-        with torch.cuda.device(self._device):
+        with torch.cuda.device(self._device), torch.cuda.stream(self._side):
+            try:
+                self._order(self._side)
+            except Exception as e:
+                fut.set_exception(e)
+                return fut
             fut.set_result(self._outputs)
         return fut
 
@@ -131,10 +143,13 @@ class NcclPath:
         self._batch = None  # (device, [(entry, block)], keep, outputs, contig) while coalescing
         self._scratch = {}  # device index -> one-element tensor for barrier
         self._ready = set()  # communicators made: -1 for the group's, else the peer of a pair
+        self._sides = {}  # device index -> the stream futures of asynchronous ops complete on
 
     # ----- communicators ------------------------------------------------
     def _ensure(self, device: torch.device, peer: int = -1):
         """Make the communicator an op needs, if there is none yet."""
+        if peer == self._pg._rank:
+            peer = -1  # to itself: the group's communicator (in one NCCL group with the matching call)
         ready = self._ready
         if -1 in ready or peer in ready:
             return
@@ -190,7 +205,10 @@ class NcclPath:
         if not async_op:
             contig.finalize()
             return _SyncWork(op, outputs, device)
-        work = CudaWork(op, outputs, self._pg, device, contig)
+        side = self._sides.get(device.index)
+        if side is None:
+            side = self._sides[device.index] = torch.cuda.Stream(device)
+        work = CudaWork(op, outputs, self._pg, device, contig, side)
         work._h = h
         group = _Group(work, None, keep, (h,))
         work._group = group
@@ -217,7 +235,7 @@ class NcclPath:
         if batch is None or not batch[1]:
             return None
         device, calls, keep, outputs, contig = batch
-        peers = {p for _, _, p in calls}
+        peers = {-1 if p == self._pg._rank else p for _, _, p in calls}
         self._ensure(device, peers.pop() if len(peers) == 1 and -1 not in peers else -1)
         return self._launch("coalesced", [(e, b) for e, b, _ in calls], device, outputs, keep, async_op, contig)
 
@@ -446,12 +464,14 @@ class NcclPath:
     def barrier(self, opts=None):
         """An all-reduce of one element on the group's device, then the CPU
         waits for it (as torch's nccl backend does)."""
-        ids = getattr(opts, "device_ids", None) or []
-        dev = torch.device("cuda", ids[0] if ids else torch.cuda.current_device())
+        dev = getattr(opts, "device", None)
+        if not isinstance(dev, torch.device) or dev.type != "cuda" or dev.index is None:
+            ids = getattr(opts, "device_ids", None) or []
+            dev = torch.device("cuda", ids[0] if ids else torch.cuda.current_device())
         t = self._scratch.get(dev.index)
         if t is None:
             t = self._scratch[dev.index] = torch.zeros(1, device=dev)
-        self._reduce_one("barrier", self._pg._raw_allreduce, t, None, 0, async_op=False)
+        self._reduce_one("barrier", self._pg._raw_allreduce, t, opts, 0, async_op=False)
         torch.cuda.current_stream(dev).synchronize()
         return _SyncWork("barrier", [], dev)
 
@@ -460,21 +480,25 @@ class NcclPath:
         op = "send"
         t = _dev_of(op, "tensor", _checks.single_any(op, "tensors", tensors)).contiguous()
         dst = _checks.rank(op, "destination rank", dstRank, self._pg._size)
-        if dst == self._pg._rank:
-            raise ValueError(f"godist: {op}: destination rank {dst} is this rank")
+        if dst == self._pg._rank and self._batch is None:
+            raise ValueError(f"godist: {op}: destination rank {dst} is this rank (NCCL matches a send to itself "
+                             "only with its receive in one batch_isend_irecv)")
         return self._submit(op, self._pg._raw_send, t.device, [t], t, True, peer=dst, buf=_desc(t), peer_=dst)
 
     def recv(self, tensors, srcRank, tag=0):
         op = "recv"
         t = _dev_of(op, "tensor", _checks.single_any(op, "tensors", tensors))
         src = _checks.rank(op, "source rank", srcRank, self._pg._size)
-        if src == self._pg._rank:
-            raise ValueError(f"godist: {op}: source rank {src} is this rank")
+        if src == self._pg._rank and self._batch is None:
+            raise ValueError(f"godist: {op}: source rank {src} is this rank (NCCL matches a receive from itself "
+                             "only with its send in one batch_isend_irecv)")
         contig = _Outputs()
         buf = contig.prep(t)
         work = self._submit(op, self._pg._raw_recv, t.device, [t], buf, True, contig, peer=src, buf=_desc(buf),
                             peer_=src)
         work._source = src
+        if work._group is not None:
+            work._group.source = src  # what the completion thread gives the Work when it completes
         return work
 
     def recv_anysource(self, tensors, tag=0):
@@ -490,9 +514,16 @@ class _Pending(GodistWork):
         super().__init__(op, outputs, done=True)
 
 
-def nccl_info() -> dict:
-    """What the NCCL path can load here (version, library, devices)."""
-    import json
+_info = None
 
-    return json.loads(_lib.read_bytes(_lib.load().nccl_info, size=2048))
+
+def nccl_info() -> dict:
+    """What the NCCL path can load here (version, library, devices), asked
+    once per process (making NCCL's unique id starts a thread of NCCL's)."""
+    global _info
+    if _info is None:
+        import json
+
+        _info = json.loads(_lib.read_bytes(_lib.load().nccl_info, size=2048))
+    return dict(_info)
 

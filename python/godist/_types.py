@@ -45,7 +45,11 @@ def reduce_op(op) -> tuple[int, float]:
             if f.numel() != 1:
                 raise ValueError(f"godist: PREMUL_SUM factor must be a scalar, got a tensor of shape {tuple(f.shape)}")
             f = f.item()
-        factor = float(f.real if isinstance(f, complex) else f)
+        if isinstance(f, complex):
+            if f.imag != 0:
+                raise ValueError(f"godist: PREMUL_SUM factor {f} is complex; only real factors are supported")
+            f = f.real
+        factor = float(f)
     if code not in OP_NAMES:
         raise ValueError(f"godist: unsupported reduce op {op}")
     return code, factor

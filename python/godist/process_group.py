@@ -176,7 +176,13 @@ class GodistProcessGroup(dist.ProcessGroup):
 
     def _start_coalescing(self, device=None):
         if self._coalesced is not None:
-            raise RuntimeError("godist: _start_coalescing called while already coalescing")
+            # torch's _coalescing_manager does not end a block whose body
+            # raised: drop what that block left instead of refusing forever.
+            _log.log(logging.WARNING, "godist: group %s: a coalescing block was not ended (did its body raise?); "
+                     "its ops were dropped", self._name)
+            self._coalesced = None
+            if self._coalescing_cuda and self._dev is not None and hasattr(self._dev, "end_batch"):
+                self._dev._batch = None
         self._coalesced = []
         dev = torch.device(device) if device is not None else None
         self._coalescing_cuda = dev is not None and dev.type == "cuda"

@@ -567,6 +567,10 @@ EXPORT int cudaGetDeviceCount(int *n) {
 }
 
 EXPORT int cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+EXPORT int cudaGetDevice(int *dev) {
+	*dev = 0;
+	return cudaSuccess;
+}
 
 EXPORT const char *cudaGetErrorString(int rc) {
 	switch (rc) {
