@@ -39,6 +39,16 @@ var _ transport.Transport = (*Transport)(nil)
 
 const hdrLen = 16
 
+// A message's payload goes as pieces of at most pieceBytes (MPI counts are
+// C ints); a header announcing more than maxMessage bytes fails its sender.
+const (
+	pieceBytes = 1 << 30
+	maxMessage = 1 << 46
+)
+
+// pieces is how many MPI messages carry a payload of n bytes.
+func pieces(n int) int { return max(1, (n+pieceBytes-1)/pieceBytes) }
+
 // errClosed is the cause of a closed transport's failures.
 var errClosed = errors.New("mpi transport closed")
 
@@ -69,12 +79,21 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, data 
 	binary.LittleEndian.PutUint64(head[0:], uint64(tag))
 	binary.LittleEndian.PutUint64(head[8:], uint64(len(data)))
 	t.sendMu[peer].Lock()
-	rh, err := t.lib.Isend(t.hdr, head, peer, 0)
-	var rd Request
+	reqs := make([]Request, 0, 1+pieces(len(data)))
+	r, err := t.lib.Isend(t.hdr, head, peer, 0)
 	if err == nil {
-		rd, err = t.lib.Isend(t.data, data, peer, 0)
+		reqs = append(reqs, r)
+		for off := 0; err == nil && (off < len(data) || off == 0); off += pieceBytes {
+			if r, err = t.lib.Isend(t.data, data[off:min(off+pieceBytes, len(data))], peer, 0); err == nil {
+				reqs = append(reqs, r)
+			}
+			if len(data) == 0 {
+				break
+			}
+		}
 		if err != nil {
-			_ = t.lib.Abandon(rh)
+			t.lib.abandon(reqs, 0)
+			keepForever(head, data)
 		}
 	}
 	t.sendMu[peer].Unlock()
@@ -83,7 +102,7 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, data 
 	}
 	wctx, done := merge(ctx, t.ctx)
 	defer done()
-	if err := t.lib.waitAll(wctx, "MPI_Isend", []Request{rh, rd}, head, data); err != nil {
+	if err := t.lib.waitAll(wctx, "MPI_Isend", reqs, head, data); err != nil {
 		return &transport.PeerError{Peer: peer, Err: err}
 	}
 	return nil
@@ -120,14 +139,25 @@ func (t *Transport) progress() {
 			return
 		}
 		tag := transport.Tag(binary.LittleEndian.Uint64(head[0:]))
-		n := int(binary.LittleEndian.Uint64(head[8:]))
+		size := binary.LittleEndian.Uint64(head[8:])
+		if size > maxMessage {
+			// Its payload is never received: the stream from src is lost.
+			t.mb.FailPeer(src, fmt.Errorf("mpi: rank %d announced a message of %d bytes (at most %d)", src, size,
+				uint64(maxMessage)))
+			continue
+		}
+		n := int(size)
 		if n > len(payload) {
 			freePayload()
 			payload, freePayload = Alloc(max(n, 4096))
 		}
-		r, err = t.lib.Irecv(t.data, payload[:n], src, 0)
-		if err == nil {
-			_, err = t.await(r, payload)
+		for off := 0; err == nil && (off < n || off == 0); off += pieceBytes {
+			if r, err = t.lib.Irecv(t.data, payload[off:min(off+pieceBytes, n)], src, 0); err == nil {
+				_, err = t.await(r, payload)
+			}
+			if n == 0 {
+				break
+			}
 		}
 		if err != nil {
 			t.mb.FailPeer(src, err)
