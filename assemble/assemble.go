@@ -8,6 +8,7 @@ package assemble
 import (
 	"fmt"
 
+	"github.com/godist/godist/backends/hier"
 	"github.com/godist/godist/backends/mpi"
 	"github.com/godist/godist/backends/nccl"
 	"github.com/godist/godist/backends/shm"
@@ -17,7 +18,7 @@ import (
 
 // Transport names accepted in Options.Transport.
 const (
-	TransportAuto = ""    // shared memory between co-located ranks, TCP otherwise
+	TransportAuto = ""    // shared memory between co-located ranks, TCP between hosts
 	TransportTCP  = "tcp" // TCP only
 	TransportMPI  = "mpi" // MPI's point-to-point messages and collectives (MPI initialised first: mpi://)
 )
@@ -33,7 +34,10 @@ func Backends(o Options) (backend.Set, error) {
 	set := backend.Set{Fabric: tcp.NewFabric(o.BindHost), Accelerator: nccl.Accelerator{}}
 	switch o.Transport {
 	case TransportAuto, "auto":
-		set.Offloaders = append(set.Offloaders, shm.NewOffloader())
+		// One host: shared memory carries the group. Several: shared
+		// memory inside each host, TCP between (backends/hier).
+		host := shm.NewOffloader()
+		set.Offloaders = append(set.Offloaders, host, hier.NewOffloader(host))
 	case TransportTCP:
 	case TransportMPI:
 		set.Fabric = mpi.NewFabric()

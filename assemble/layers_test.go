@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/backends/hier"
+	"github.com/godist/godist/backends/shm"
 )
 
 const module = "github.com/godist/godist"
@@ -98,7 +101,9 @@ func TestBackends(t *testing.T) {
 	set, err := Backends(Options{})
 	require.NoError(t, err)
 	require.NotNil(t, set.Fabric)
-	require.Len(t, set.Offloaders, 1, "shared memory by default")
+	require.Len(t, set.Offloaders, 2, "shared memory by default: one host, then each host of many")
+	require.IsType(t, &shm.Offloader{}, set.Offloaders[0])
+	require.IsType(t, &hier.Offloader{}, set.Offloaders[1])
 	set, err = Backends(Options{Transport: TransportTCP})
 	require.NoError(t, err)
 	require.Empty(t, set.Offloaders)

@@ -22,6 +22,8 @@ type State struct {
 	Rank    int       `json:"rank"`
 	Size    int       `json:"size"`
 	Offload string    `json:"offload"`
+	Hosts   [][]int   `json:"hosts"`  // the group's ranks by host
+	Via     []string  `json:"via"`    // how this rank reaches each rank: "self", "shm", "tcp", ...
 	Issued  uint64    `json:"issued"` // sequence number of the last collective issued
 	Last    *OpState  `json:"last_completed"`
 	Running *OpState  `json:"running"`
@@ -42,6 +44,12 @@ type OpState struct {
 func (pg *ProcessGroup) State() State {
 	s := State{Group: pg.cfg.Group, Rank: pg.cfg.Rank, Size: pg.cfg.Size, Offload: pg.Offload(), Issued: pg.seq.Load(),
 		Queued: []OpState{}}
+	pg.mu.Lock()
+	s.Hosts, s.Via = pg.hosts, pg.via
+	pg.mu.Unlock()
+	if s.Hosts == nil && s.Size == 1 {
+		s.Hosts, s.Via = [][]int{{0}}, []string{"self"}
+	}
 	now := time.Now()
 	if t := pg.lastDone.Load(); t != nil {
 		s.Last = &OpState{Seq: t.w.Seq, Op: t.w.Op}

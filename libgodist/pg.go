@@ -45,6 +45,8 @@ type ProcessGroup struct {
 	tr      transport.Transport
 	offload backend.Offload // carries the collectives when set (shared memory of co-located ranks)
 	rdv     *rendezvous     // nil once connected or for in-memory groups
+	hosts   [][]int         // the group's ranks by host (set at rendezvous)
+	via     []string        // how each rank is reached (State.Via; set at rendezvous)
 	spare   bool            // this host's ranks of the group fit its cores (set at rendezvous)
 	// every host's ranks of the group fit its cores (set at rendezvous; the same on every rank)
 	allSpare bool

@@ -151,6 +151,7 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 	}
 	pg.mu.Lock()
 	pg.offload = off
+	pg.hosts, pg.via = s.Hosts(), paths(s, use, rdv.set.Fabric)
 	pg.mu.Unlock()
 	pg.start(use)
 	fabric := "the fabric"
@@ -200,6 +201,27 @@ func (pg *ProcessGroup) agree(ctx context.Context, tr transport.Transport, round
 		return false, err
 	}
 	return b[0] == 1, nil
+}
+
+// paths names how this rank reaches each rank of s through tr.
+func paths(s *backend.Setup, tr transport.Transport, f backend.Fabric) []string {
+	name := "tcp"
+	if n, ok := f.(interface{ Name() string }); ok {
+		name = n.Name()
+	}
+	p, _ := tr.(backend.PathNamer)
+	out := make([]string, s.Size)
+	for r := range out {
+		switch {
+		case r == s.Rank:
+			out[r] = "self"
+		case p != nil:
+			out[r] = p.PathTo(r)
+		default:
+			out[r] = name
+		}
+	}
+	return out
 }
 
 func bootID() string {

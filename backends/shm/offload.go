@@ -30,8 +30,8 @@ type Offloader struct {
 }
 
 var (
-	_ backend.Offloader = (*Offloader)(nil)
-	_ backend.Offload   = (*Arena)(nil)
+	_ backend.HostOffloader = (*Offloader)(nil)
+	_ backend.Offload       = (*Arena)(nil)
 )
 
 // NewOffloader returns the shared-memory offloader.
@@ -76,23 +76,65 @@ func (o *Offloader) Close() {
 // fabric whose transport it can route through (one with a Mailbox, such
 // as backends/tcp's).
 func (o *Offloader) Join(ctx context.Context, s *backend.Setup, tr transport.Transport) (backend.Offload, transport.Transport, error) {
-	under, routable := tr.(Underlay)
-	ok, err := s.Agree(ctx, routable && colocated(s))
-	o.Close()
+	all := make([]int, s.Size)
+	for r := range all {
+		all[r] = r
+	}
+	_, routable := tr.(Underlay)
+	ok, err := s.Agree(ctx, routable && colocated(s, all))
 	if err != nil || !ok {
+		// The probe stays for JoinHost; the engine's Close removes it.
 		return nil, tr, err
+	}
+	return o.open(ctx, s, all, arenaName(s.Session, s.Group), tr)
+}
+
+// JoinHost agrees with every rank of a group that spans hosts on shared
+// memory among each host's ranks, and opens this host's arena: its lowest
+// rank creates it, the others join. A host of one rank opens none.
+func (o *Offloader) JoinHost(ctx context.Context, s *backend.Setup, host []int, tr transport.Transport) (backend.Offload, transport.Transport, error) {
+	_, routable := tr.(Underlay)
+	ok, err := s.Agree(ctx, routable && (len(host) == 1 || colocated(s, host)))
+	if err != nil || !ok {
+		o.Close()
+		return nil, tr, err
+	}
+	if len(host) == 1 {
+		o.Close()
+		// Take part in the open's agreement.
+		_, err := s.Agree(ctx, true)
+		return nil, tr, err
+	}
+	return o.open(ctx, s, host, arenaName(s.Session, fmt.Sprintf("%s/host%d", s.Group, host[0])), tr)
+}
+
+// open creates or joins the arena of ranks (group ranks, ascending, this
+// one among them), agrees with every rank of the group that every arena
+// opened, and routes the messages to ranks through it.
+func (o *Offloader) open(ctx context.Context, s *backend.Setup, ranks []int, name string, tr transport.Transport) (backend.Offload, transport.Transport, error) {
+	o.Close()
+	under := tr.(Underlay)
+	me := 0
+	for i, r := range ranks {
+		if r == s.Rank {
+			me = i
+		}
 	}
 	octx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	mode := ModeJoin
-	if s.Rank == 0 {
+	if me == 0 {
 		mode = ModeCreate
 	}
-	a, oerr := Open(octx, Config{Name: arenaName(s.Session, s.Group), Rank: s.Rank, Size: s.Size, Mode: mode})
+	cfg := Config{Name: name, Rank: me, Size: len(ranks), Mode: mode}
+	if len(ranks) != s.Size {
+		cfg.GlobalRanks = ranks
+	}
+	a, oerr := Open(octx, cfg)
 	if oerr != nil {
 		glog.Warnf("godist: group %q rank %d: opening its shared-memory arena failed, the group uses TCP: %v", s.Group, s.Rank, oerr)
 	}
-	ok, err = s.Agree(ctx, oerr == nil)
+	ok, err := s.Agree(ctx, oerr == nil)
 	if err != nil || !ok {
 		if a != nil {
 			a.Close()
@@ -107,10 +149,11 @@ func (o *Offloader) Join(ctx context.Context, s *backend.Setup, tr transport.Tra
 	return a, rt, nil
 }
 
-// colocated reports whether, as seen from this rank, every rank shares
-// this host's memory.
-func colocated(s *backend.Setup) bool {
-	for r, rec := range s.Records {
+// colocated reports whether, as seen from this rank, every rank of ranks
+// shares this host's memory.
+func colocated(s *backend.Setup, ranks []int) bool {
+	for _, r := range ranks {
+		rec := s.Records[r]
 		if (r != s.Rank && !s.SameHost(r)) || rec.ShmProbe == "" {
 			return false
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -100,6 +101,18 @@ func (rt *router) helpGroup(peers []int, done func() bool, until time.Time) bool
 		}
 	}
 	return rt.under.HelpGroup(peers, done, until)
+}
+
+// PathTo names how peer is reached: "shm" through the arena, else the
+// underlay's path.
+func (rt *router) PathTo(peer int) string {
+	if rt.viaArena(peer) {
+		return "shm"
+	}
+	if p, ok := rt.under.(backend.PathNamer); ok {
+		return p.PathTo(peer)
+	}
+	return "tcp"
 }
 
 func (rt *router) Rank() int { return rt.under.Rank() }

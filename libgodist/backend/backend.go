@@ -58,6 +58,21 @@ type Offloader interface {
 	Close()
 }
 
+// HostOffloader is an Offloader that can also serve the ranks of one host
+// when a group spans several: the hierarchical path (backends/hier) runs
+// the stages inside each host on it.
+type HostOffloader interface {
+	Offloader
+	// JoinHost decides with every rank of the group, through s.Agree,
+	// whether every host's ranks (s.Hosts) can use this offload among
+	// themselves, and opens it for host, this rank's host (group ranks,
+	// ascending). The Offload it returns numbers ranks by their index in
+	// host. It returns a nil Offload for a host of one rank, and on every
+	// rank when any host cannot use it; tr is returned then. Every rank of
+	// the group must call it, with its own host.
+	JoinHost(ctx context.Context, s *Setup, host []int, tr transport.Transport) (Offload, transport.Transport, error)
+}
+
 // Combine sets dst = a (op) b for whole elements; dst may alias a or b.
 // It must be commutative bit for bit, so every rank ends with the same
 // bits whatever order its offload combines in.
@@ -115,6 +130,12 @@ type TypedOffload interface {
 	Gather(ctx context.Context, in []byte, outs [][]byte, root int) error
 	// Scatter copies root's ins[r] into rank r's out.
 	Scatter(ctx context.Context, ins [][]byte, out []byte, root int) error
+}
+
+// PathNamer is implemented by transports that can name how they reach a
+// peer ("shm", "tcp"), for the group's reported topology.
+type PathNamer interface {
+	PathTo(peer int) string
 }
 
 // ErrDeclined is returned by an Offload method that leaves the op to the

@@ -29,6 +29,29 @@ func (s *Setup) SameHost(r int) bool {
 	return me.BootID != "" && p.Hostname == me.Hostname && p.BootID == me.BootID
 }
 
+// Hosts groups the group's ranks by host (same hostname and boot id; a
+// record without a boot id is a host of its own): hosts in the order of
+// their lowest rank, ranks ascending within each. Every rank computes the
+// same answer from the same records.
+func (s *Setup) Hosts() [][]int {
+	type host struct{ name, boot string }
+	index := map[host]int{}
+	var out [][]int
+	for r, rec := range s.Records {
+		h := host{rec.Hostname, rec.BootID}
+		i, ok := index[h]
+		if !ok || rec.BootID == "" {
+			i = len(out)
+			out = append(out, nil)
+			if rec.BootID != "" {
+				index[h] = i
+			}
+		}
+		out[i] = append(out[i], r)
+	}
+	return out
+}
+
 // LocalRanks counts the ranks on this rank's host, this one included.
 func (s *Setup) LocalRanks() int {
 	n := 0

@@ -46,3 +46,11 @@ func TestLocalRanks(t *testing.T) {
 	noBoot := &Setup{Rank: 0, Records: []wire.PeerRecord{{Hostname: "a", CPUs: 1}, {Hostname: "a", CPUs: 1}}}
 	require.Equal(t, 1, noBoot.LocalRanks(), "a record without a boot id shares no host")
 }
+
+func TestHosts(t *testing.T) {
+	recs := []wire.PeerRecord{rec("a", 2), rec("b", 2), rec("a", 2), {Hostname: "a", BootID: "other"}, rec("b", 2),
+		{Hostname: "c"}, {Hostname: "c"}}
+	s := &Setup{Records: recs}
+	require.Equal(t, [][]int{{0, 2}, {1, 4}, {3}, {5}, {6}}, s.Hosts(), "records without a boot id share no host")
+	require.Nil(t, (&Setup{}).Hosts())
+}

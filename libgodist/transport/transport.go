@@ -24,6 +24,7 @@ const (
 	kindColl    = 1
 	kindP2P     = 2
 	kindControl = 3
+	kindOffload = 4
 )
 
 // CollTag is the tag of step within collective number seq (seq < 2^44).
@@ -33,6 +34,13 @@ func CollTag(seq uint64, step uint16) Tag {
 
 // P2PTag is the tag of user point-to-point messages with the given c10d tag.
 func P2PTag(tag int64) Tag { return Tag(kindP2P<<60 | uint64(uint32(tag))) }
+
+// OffloadTag is the tag of step within call number seq of a group's
+// offload (an offload that sends over the group's transport counts its own
+// calls; seq < 2^44).
+func OffloadTag(seq uint64, step uint16) Tag {
+	return Tag(kindOffload<<60 | (seq&(1<<44-1))<<16 | uint64(step))
+}
 
 // ControlTag is the tag of godist's own control messages (progress queries).
 func ControlTag(id uint64) Tag { return Tag(kindControl<<60 | id&(1<<60-1)) }

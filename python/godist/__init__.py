@@ -25,7 +25,7 @@ from ._errors import (GodistClosedError, GodistError, GodistForkError, GodistInt
 from ._log import set_level as set_log_level  # noqa: F401
 from ._mpi import mpi_finalize, mpi_info  # noqa: F401
 from ._version import __version__ as __version__
-from .process_group import GodistProcessGroup, close_all, dump_state  # noqa: F401
+from .process_group import GodistProcessGroup, close_all, dump_state, topology  # noqa: F401
 from .store import FileStore, HashStore, PrefixStore, TCPServer, TCPStore
 from .work import GodistWork  # noqa: F401
 
@@ -75,4 +75,4 @@ atexit.register(close_all)
 
 __all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "GodistClosedError",
            "GodistInvalidError", "GodistInternalError", "GodistForkError", "BACKEND", "monitored_barrier",
-           "runtime_stats", "dump_state", "set_log_level", "mpi_info", "mpi_finalize", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]
+           "runtime_stats", "dump_state", "topology", "set_log_level", "mpi_info", "mpi_finalize", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]

@@ -571,6 +571,30 @@ class GodistProcessGroup(dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
 
+def _godist_backend(group):
+    if group is None:
+        group = dist.group.WORLD
+    g = group if isinstance(group, GodistProcessGroup) else group._get_backend(torch.device("cpu"))
+    if not isinstance(g, GodistProcessGroup):
+        raise TypeError(f"godist needs a godist group, got {type(g).__name__}")
+    if g._closed:
+        raise ValueError("the group is closed")
+    return g
+
+
+def topology(group: dist.ProcessGroup | None = None) -> dict:
+    """Where the ranks of ``group`` (default: the world) run and how this
+    rank reaches each: ``{"hosts": [[0, 1], [2, 3]], "offload": "shm+tcp",
+    "via": ["self", "shm", "tcp", "tcp"]}``. ``hosts`` lists the ranks by
+    host; ``offload`` names what carries the collectives (``"shm"``: every
+    rank on one host; ``"shm+tcp"``: shared memory inside each host, TCP
+    between; ``""``: the transport alone); ``via[r]`` is ``"self"``,
+    ``"shm"``, ``"tcp"`` or ``"mpi"``."""
+    g = _godist_backend(group)
+    state = json.loads(_lib.read_bytes(_lib.load().pg_state, g._h, size=1 << 14))
+    return {"hosts": state["hosts"], "offload": state["offload"], "via": state["via"]}
+
+
 def dump_state(group: dist.ProcessGroup | None = None) -> list[dict]:
     """Snapshot of godist groups on this rank, for debugging a hang: for
     each group (``group``, else every live one) its name, rank, the last
