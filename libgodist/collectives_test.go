@@ -312,12 +312,58 @@ func TestTimeoutNamesMissingRank(t *testing.T) {
 		require.ErrorAs(t, err, &oe)
 		require.True(t, oe.Timeout())
 		require.Equal(t, []int{3}, oe.Missing, "rank %d: %v", r, err)
+		require.Empty(t, oe.Silent, "rank 3 answers the progress query")
 		require.Contains(t, err.Error(), "allreduce (seq 1)")
 	}
 	// the group is now broken: later ops fail fast
 	w, err := pgs[0].Barrier(Opts{})
 	require.NoError(t, err)
 	require.ErrorIs(t, w.Err(), ErrBroken)
+}
+
+// blackhole drops every message its rank sends to peer, as a cut link
+// would.
+type blackhole struct {
+	transport.Transport
+	peer int
+}
+
+func (b *blackhole) Send(ctx context.Context, peer int, tag transport.Tag, data []byte) error {
+	if peer == b.peer {
+		return nil
+	}
+	return b.Transport.Send(ctx, peer, tag, data)
+}
+
+// TestTimeoutNamesSilentRank: a rank that cannot be reached does not
+// answer the progress query either, and the error says so.
+func TestTimeoutNamesSilentRank(t *testing.T) {
+	net := transport.NewMemNetwork(3)
+	pgs := make([]*ProcessGroup, 3)
+	for r := range pgs {
+		var tr transport.Transport = net.Transport(r)
+		if r < 2 {
+			tr = &blackhole{Transport: tr, peer: 2}
+		}
+		pg, err := NewWithTransport(Config{Rank: r, Size: 3, Group: "test", Timeout: 300 * time.Millisecond}, tr)
+		require.NoError(t, err)
+		pgs[r] = pg
+	}
+	t.Cleanup(func() {
+		for _, pg := range pgs {
+			pg.Close()
+		}
+	})
+	errs := onAll(t, pgs[:2], func(r int, pg *ProcessGroup) (*Work, error) {
+		return pg.AllReduce(i64s(1, 2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+	})
+	for r, err := range errs {
+		var oe *OpError
+		require.ErrorAs(t, err, &oe, "rank %d", r)
+		require.Equal(t, []int{2}, oe.Missing, "rank %d: %v", r, err)
+		require.Equal(t, []int{2}, oe.Silent, "rank %d: %v", r, err)
+		require.Contains(t, err.Error(), "rank(s) [2] did not answer: unreachable, stopped or stuck")
+	}
 }
 
 // queryHold wraps a rank's transport: the progress queries it sends (a

@@ -38,6 +38,7 @@ type OpError struct {
 	Group   string        // the group's name
 	Peer    int           // the rank at fault, or -1 if unknown
 	Missing []int         // ranks that had not started the op (on timeout)
+	Silent  []int         // of those, the ranks that did not answer at all (unreachable or stopped)
 	After   time.Duration // the timeout, when the op timed out
 	Err     error
 	// PeerLeft is why Peer left the group, when it shut its group down
@@ -54,6 +55,9 @@ func (e *OpError) Error() string {
 		fmt.Fprintf(&b, " failed")
 	case e.Timeout() && len(e.Missing) > 0:
 		fmt.Fprintf(&b, " timed out after %v: rank(s) %v did not join this %s", e.After, e.Missing, e.Op)
+		if len(e.Silent) > 0 {
+			fmt.Fprintf(&b, " (rank(s) %v did not answer: unreachable, stopped or stuck)", e.Silent)
+		}
 	case e.Timeout() && e.Peer >= 0:
 		fmt.Fprintf(&b, " timed out after %v waiting for rank %d", e.After, e.Peer)
 	case e.Timeout():

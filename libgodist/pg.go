@@ -191,7 +191,7 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 	}
 	if oe.Timeout() {
 		oe.After = t.timeout
-		oe.Missing = pg.missingRanks(t.w.Seq)
+		oe.Missing, oe.Silent = pg.missingRanks(t.w.Seq)
 	} else if oe.Peer >= 0 && errors.Is(err, transport.ErrPeerGone) {
 		if n, ok := pg.farewellOf(oe.Peer); ok {
 			oe.PeerLeft = n.why

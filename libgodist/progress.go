@@ -115,8 +115,9 @@ func (pg *ProcessGroup) controlLoop() {
 }
 
 // missingRanks asks every peer which collective it last started and returns
-// the ranks that have not reached seq (including those that do not answer).
-func (pg *ProcessGroup) missingRanks(seq uint64) []int {
+// the ranks that have not reached seq, and of those the ones that did not
+// answer (nor said farewell) within queryWait.
+func (pg *ProcessGroup) missingRanks(seq uint64) (missing, silent []int) {
 	n, me := pg.cfg.Size, pg.cfg.Rank
 	id := uint64(me+1)<<40 | pg.queries.Add(1)
 	ctx, cancel := context.WithTimeout(pg.ctx, queryWait)
@@ -134,7 +135,6 @@ func (pg *ProcessGroup) missingRanks(seq uint64) []int {
 			rs[p].Cancel(err)
 		}
 	}
-	var missing []int
 	for p := 0; p < n; p++ {
 		if p == me {
 			continue
@@ -144,10 +144,12 @@ func (pg *ProcessGroup) missingRanks(seq uint64) []int {
 			at = binary.LittleEndian.Uint64(answers[p][:])
 		} else if n, ok := pg.farewellOf(p); ok {
 			at = n.seq
+		} else {
+			silent = append(silent, p)
 		}
 		if at < seq {
 			missing = append(missing, p)
 		}
 	}
-	return missing
+	return missing, silent
 }
