@@ -23,6 +23,9 @@ const shardMin = 256 << 10
 // parallel. Small buffers, and uneven groups, take the leader path: host
 // all-reduce, all-reduce among the hosts' lowest ranks, host broadcast.
 func (o *Offload) AllReduce(ctx context.Context, buf []byte, elem int, combine backend.Combine) error {
+	if len(buf) == 0 {
+		return nil // the same on every rank: nothing to send
+	}
 	L := len(o.topo.mine())
 	if o.topo.even && L > 1 && len(buf) >= shardMin && len(buf)/elem >= L {
 		return o.allReduceSharded(ctx, buf, elem, combine)

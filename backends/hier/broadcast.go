@@ -13,6 +13,9 @@ import (
 // all-gathers its shards. Otherwise the root's host broadcasts, its lowest
 // rank sends to the other hosts' lowest ranks, and each host broadcasts.
 func (o *Offload) Broadcast(ctx context.Context, buf []byte, root int) error {
+	if len(buf) == 0 {
+		return nil // the same on every rank: nothing to send
+	}
 	rootHost, rootLocal := o.topo.find(root)
 	L := len(o.topo.mine())
 	if o.topo.even && L > 1 && len(buf) >= shardMin {

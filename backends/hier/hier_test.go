@@ -333,6 +333,27 @@ func TestLostPeer(t *testing.T) {
 	}
 }
 
+func TestEmpty(t *testing.T) {
+	offs := world(t, []int{0, 0, 1})
+	each(t, offs, func(ctx context.Context, r int, o *Offload) error {
+		if err := o.AllReduce(ctx, nil, 4, addF32); err != nil {
+			return err
+		}
+		if err := o.Broadcast(ctx, []byte{}, 2); err != nil {
+			return err
+		}
+		return o.Barrier(ctx)
+	})
+	offs = world(t, []int{0, 0, 1, 1})
+	each(t, offs, func(ctx context.Context, r int, o *Offload) error {
+		outs := [][]byte{{}, {}, {}, {}}
+		if err := o.AllGather(ctx, nil, outs); err != nil {
+			return err
+		}
+		return o.ReduceScatter(ctx, outs, nil, 4, addF32)
+	})
+}
+
 func TestTopology(t *testing.T) {
 	recs := []wire.PeerRecord{{Hostname: "a", BootID: "b"}, {Hostname: "b", BootID: "b"}, {Hostname: "a", BootID: "b"}}
 	topo := newTopology(&backend.Setup{Rank: 2, Size: 3, Records: recs})
