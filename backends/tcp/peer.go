@@ -161,6 +161,11 @@ func (p *peer) readLoop(t *Transport) {
 	for {
 		p.rest(t)
 		if err := p.sk.park(); err != nil {
+			// A frame half read when the socket broke fails here: no
+			// pump will see the error.
+			p.rd.role.Lock()
+			err = p.rd.fail(err)
+			p.rd.role.Unlock()
 			t.peerEnded(p, err)
 			return
 		}

@@ -333,3 +333,33 @@ func TestExchangeWhileReadersRest(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelMidFrameAfterSilence: a receive whose message stopped
+// arriving halfway (a cut link: no reset, no more bytes) is canceled at
+// its deadline; breaking the connection must fail the half-read delivery
+// so that the cancel returns, whichever goroutine was reading.
+func TestCancelMidFrameAfterSilence(t *testing.T) {
+	trs := connectLoopback(t, 2)
+	const n = 1 << 20
+	r := trs[0].PostRecv(1, transport.P2PTag(0), make([]byte, n))
+	var hdr [headerSize]byte
+	putHeader(&hdr, header{kind: kindData, tag: transport.P2PTag(0), n: n})
+	part := append(hdr[:], make([]byte, 4096)...)
+	require.NoError(t, trs[1].peers[0].sk.write(part, time.Now().Add(5*time.Second), nil))
+	rd := trs[0].peers[1].rd
+	eventually(t, 5*time.Second, func() bool {
+		rd.role.Lock()
+		defer rd.role.Unlock()
+		return rd.inFrame
+	}, "the receiver reading the frame")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Wait(ctx) }()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the canceled receive never returned")
+	}
+}
