@@ -53,11 +53,34 @@ def cuda_mode() -> str:
 _live_lock = threading.Lock()
 
 
+def _claim_cpu(pg, rank: int, size: int) -> None:
+    """Make torch list cpu among the group's device types. torch derives
+    them from the backends registered on a ProcessGroup, and a Python
+    ProcessGroup has none, so torch 2.15's ``monitored_barrier`` refused
+    godist groups ("requires a group with a CPU-capable backend"). The
+    placeholder registered here is never called: every op is this class's
+    own (and ``_get_backend`` returns the group itself)."""
+    register = getattr(pg, "_register_backend", None)
+    base = getattr(torch._C._distributed_c10d, "Backend", None)
+    if register is None or base is None:
+        return
+    try:
+        class _Placeholder(base):
+            def getBackendName(self) -> str:  # torch's flight recorder asks every backend its name
+                return "godist"
+
+        register(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, _Placeholder(rank, size))
+        pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+    except Exception as e:  # noqa: BLE001 - an older torch without these bindings: nothing to claim
+        _log.log(logging.DEBUG, "godist: could not list cpu among the group's device types: %s", e)
+
+
 class GodistProcessGroup(dist.ProcessGroup):
     """A process group backed by godist's Go engine (CPU tensors)."""
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta | None = None, group_name: str = ""):
         super().__init__(rank, size)
+        _claim_cpu(self, rank, size)
         self._rank, self._size = rank, size
         self._store = store
         self._timeout = timeout if timeout is not None and timeout.total_seconds() > 0 else _types.default_timeout()

@@ -227,6 +227,27 @@ def monitored_worker(rank, n, init_file, late_rank):
     return "no error"
 
 
+def torch_monitored_worker(rank, n, init_file, late_rank):
+    """torch's own dist.monitored_barrier on a godist group."""
+    import datetime
+    import time
+
+    init(rank, n, init_file, gloo_group=False)
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=5))
+    except ValueError as e:  # torch itself refuses every backend but gloo (torch < 2.15 checks the name)
+        return {"refused": str(e)}
+    if rank == late_rank:
+        time.sleep(4)
+        return {"late": True}
+    start = time.monotonic()
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=1), wait_all_ranks=True)
+    except Exception as e:  # noqa: BLE001
+        return {"error": str(e), "elapsed": time.monotonic() - start}
+    return {"error": None}
+
+
 def objects_worker(rank, n, init_file):
     init(rank, n, init_file, gloo_group=False)
     bad = []
@@ -377,6 +398,21 @@ def test_monitored_barrier_names_late_rank():
     res = run_world(monitored_worker, n, 2)
     assert "rank" in res[0] and "[2]" in res[0] and "did not arrive" in res[0], res[0]
     assert res[1] != "no error" and "monitored_barrier" in res[1], res[1]
+
+
+def test_torch_monitored_barrier():
+    """dist.monitored_barrier works on godist groups where torch lets it:
+    from torch 2.15 it asks for a group whose device types include cpu,
+    which godist's are; before, it accepts only groups named gloo."""
+    n = 3
+    res = run_world(torch_monitored_worker, n, 2)
+    if "refused" in res[0]:
+        assert torch.__version__ < "2.15", res[0]
+        assert "GLOO" in res[0]["refused"], res[0]
+        return
+    assert "did not arrive" in res[0]["error"] and "[2]" in res[0]["error"], res[0]
+    assert res[0]["elapsed"] < 4, res[0]
+    assert res[1]["error"] and "monitored_barrier" in res[1]["error"], res[1]
 
 
 @pytest.mark.parametrize("n", WORLD)
