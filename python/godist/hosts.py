@@ -100,7 +100,8 @@ def _kill_netns(ns: str) -> None:
 
 
 def _clean_stale(prefix: str) -> None:
-    """Delete namespaces of this prefix whose creating process is gone."""
+    """Delete namespaces (and temporary folders) of this prefix whose
+    creating process is gone."""
     pat = re.compile(rf"^{re.escape(prefix)}(\d+)x\d+(?:sw|h\d+|probe)$")
     for line in _ip("netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
@@ -108,6 +109,11 @@ def _clean_stale(prefix: str) -> None:
         if m and not os.path.exists(f"/proc/{m.group(1)}"):
             _kill_netns(name)
             _ip("netns", "del", name, check=False)
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):
+        m = re.match(rf"{re.escape(prefix)}(\d+)x\d+hosts", name)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
 
 
 def _burst(rate: str) -> str:
@@ -135,7 +141,7 @@ class Hosts:
         self._base = f"{prefix}{os.getpid()}x{next(_counter)}"
         self._made: list[str] = []
         self._closed = False
-        self._dir = tempfile.mkdtemp(prefix=self._base)
+        self._dir = tempfile.mkdtemp(prefix=self._base + "hosts")
         _live.add(self)
         _clean_stale(prefix)
         try:
