@@ -245,7 +245,7 @@ def test_cut_link_fails_every_rank_naming_the_unreachable(tmp_path):
         assert ranks_named(r["error"]) & set(others), f"rank {me}: the error names none of {others}: {r}"
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_torchrun_multinode_ddp_equal_on_godist_and_gloo(tmp_path):
     """torchrun --nnodes 2 --nproc-per-node 2 with c10d rendezvous on two
     hosts (each finds the other by its hostname) trains the same DDP model
@@ -258,7 +258,7 @@ def test_torchrun_multinode_ddp_equal_on_godist_and_gloo(tmp_path):
                     "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{h.addr(0)}:{PORT}", "--rdzv-id", "hosts",
                     "--max-restarts", "0", "--monitor-interval", "0.5", WORKER, "ddp"]
             job.start(host, argv, rank_env(h, host, master=False))
-        rs = results(job.wait(timeout=90))
+        rs = results(job.wait(timeout=150))
         names = [h.name(0), h.name(1)]
     assert sorted(r["rank"] for r in rs) == [0, 1, 2, 3], rs
     hosts = {}
