@@ -10,8 +10,9 @@ namespace changes::
 
 A process started with :meth:`Hosts.popen` runs in host i's network
 namespace and in its own UTS and mount namespaces: its hostname is
-``name(i)``, /dev/shm is a private tmpfs (ranks on different hosts share no
-memory) and /etc/hosts lists every host's name and address (hostnames
+``name(i)``, /dev/shm is host i's own tmpfs (shared by every process of
+host i, as on a machine; ranks on different hosts share no memory) and
+/etc/hosts lists every host's name and address (hostnames
 resolve as on a cluster). 198.18.0.0/15 is reserved for benchmarking (RFC
 2544) and only used inside these namespaces.
 
@@ -49,8 +50,8 @@ _counter = itertools.count()
 _live: set = set()  # open Hosts, closed at exit
 
 # Runs argv ($@) in a fresh UTS and mount namespace: $1 hostname, $2 the
-# /etc/hosts to bind, $3 the size of /dev/shm.
-_ENTER = ('hostname "$1" && mount -t tmpfs -o size="$3" tmpfs /dev/shm && mount --bind "$2" /etc/hosts '
+# /etc/hosts to bind, $3 the host's tmpfs to bind on /dev/shm.
+_ENTER = ('hostname "$1" && mount --bind "$3" /dev/shm && mount --bind "$2" /etc/hosts '
           '&& shift 3 && exec "$@"')
 
 
@@ -113,7 +114,15 @@ def _clean_stale(prefix: str) -> None:
     for name in os.listdir(tmp):
         m = re.match(rf"{re.escape(prefix)}(\d+)x\d+hosts", name)
         if m and not os.path.exists(f"/proc/{m.group(1)}"):
-            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+            _remove_dir(os.path.join(tmp, name))
+
+
+def _remove_dir(d: str) -> None:
+    """Unmount the hosts' tmpfs under d, then delete d."""
+    for name in os.listdir(d) if os.path.isdir(d) else []:
+        if name.startswith("shm"):
+            subprocess.run(["umount", "-l", os.path.join(d, name)], capture_output=True, timeout=30)
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def _burst(rate: str) -> str:
@@ -161,6 +170,11 @@ class Hosts:
         burst = _burst(self.rate) if self.rate else ""
         for i in range(self.n):
             ns, port = self.netns(i), f"h{i}"
+            os.mkdir(self.shm_dir(i))
+            p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.shm_size}", "tmpfs", self.shm_dir(i)],
+                               capture_output=True, text=True, timeout=30)
+            if p.returncode != 0:
+                raise RuntimeError(f"mount tmpfs for host {i}'s /dev/shm: {p.stderr.strip()}")
             self._add_ns(ns)
             _ip("-n", sw, "link", "add", port, "type", "veth", "peer", "name", self.ifname(i), "netns", ns)
             _ip("-n", sw, "link", "set", port, "master", "br0", "up")
@@ -201,6 +215,10 @@ class Hosts:
         """The /etc/hosts every host sees."""
         return os.path.join(self._dir, "hosts")
 
+    def shm_dir(self, i: int) -> str:
+        """Host i's tmpfs, its processes' /dev/shm."""
+        return os.path.join(self._dir, f"shm{self._index(i)}")
+
     def _index(self, i: int) -> int:
         if not 0 <= i < self.n:
             raise IndexError(f"Hosts: host {i} of {self.n}")
@@ -212,7 +230,7 @@ class Hosts:
         if self._closed:
             raise RuntimeError("Hosts: closed")
         return ["ip", "netns", "exec", self.netns(i), "unshare", "--uts", "--mount", "--propagation", "private",
-                "sh", "-c", _ENTER, "sh", self.name(i), self.hosts_file, self.shm_size, *map(str, argv)]
+                "sh", "-c", _ENTER, "sh", self.name(i), self.hosts_file, self.shm_dir(i), *map(str, argv)]
 
     def popen(self, i: int, argv: list[str], env: dict | None = None, **kw) -> subprocess.Popen:
         """Start argv inside host i (the returned process is argv itself)."""
@@ -248,7 +266,7 @@ class Hosts:
             _kill_netns(ns)
             _ip("netns", "del", ns, check=False)
         self._made.clear()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        _remove_dir(self._dir)
         _live.discard(self)
 
     def __enter__(self) -> Hosts:

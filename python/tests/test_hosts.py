@@ -116,6 +116,8 @@ if what == "listen":
 elif what == "shm":
     open("/dev/shm/gdprobe", "w").close()
     print(socket.gethostname(), sorted(os.listdir("/dev/shm")))
+elif what == "ls":
+    print(sorted(os.listdir("/dev/shm")))
 elif what == "connect":
     try:
         socket.create_connection((sys.argv[2], 7000), timeout=float(sys.argv[3])).close()
@@ -127,7 +129,8 @@ elif what == "connect":
 
 @pytest.mark.timeout(60)
 def test_hosts_are_separate_and_cleaned_up():
-    """Each host has its own name, /dev/shm and address; a cut link is
+    """Each host has its own name, /dev/shm (shared by its processes) and
+    address; a cut link is
     silent and a restored one works; the rate shapes both directions;
     close removes every namespace and leaves no process behind."""
     py = [sys.executable, "-c", PROBE]
@@ -142,6 +145,8 @@ def test_hosts_are_separate_and_cleaned_up():
         names = [h.netns(i) for i in range(2)]
         assert stale not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert [run(h, i, "shm") for i in range(2)] == ["gdbedhost0 ['gdprobe']", "gdbedhost1 ['gdprobe']"]
+        assert run(h, 0, "ls") == "['gdprobe']"  # another process of host 0 sees host 0's file
+        shm = h.shm_dir(0)
         server = h.popen(0, [*py, "listen"], stdout=subprocess.PIPE, text=True)
         assert server.stdout.readline().strip() == "listening"
         assert run(h, 1, "connect", h.name(0), "5") == f"connected {h.addr(0)}"  # by name, through /etc/hosts
@@ -155,6 +160,9 @@ def test_hosts_are_separate_and_cleaned_up():
     assert server.wait(10) == -9  # killed by close
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(n in left for n in names + [h._switch]), left
+    assert not os.path.exists(shm)
+    with open("/proc/mounts") as f:
+        assert shm not in f.read()
     h.close()  # idempotent
 
 
