@@ -12,6 +12,9 @@ none had a wrong element, 1 otherwise, 2 for bad arguments.
 ranks) is run by ``mpi.main``; without an MPI launcher it says how to launch
 it and exits 1.
 
+``--hosts H`` (godist vs gloo on H simulated hosts, network namespaces with
+shaped links; needs root) is run by ``hosts.main``.
+
 ``--device cuda`` (godist vs nccl on CUDA tensors) is run by ``cuda.main``
 with the same spawn, table and progress machinery; without a usable GPU it
 says "no CUDA device: ..." and exits 1.
@@ -170,6 +173,15 @@ def build_parser():
                    help="run under mpirun, one rank per process: godist (own transports), godist over MPI and gloo "
                         "side by side (mpirun -np 2 python -m godist.bench --mpi; see godist/bench/mpi.py); "
                         "output default docs/perf-mpi")
+    hosts = p.add_argument_group("--hosts H (godist vs gloo across simulated hosts; root; see godist/bench/hosts.py)")
+    hosts.add_argument("--hosts", type=int, metavar="H",
+                       help="run on H simulated hosts (network namespaces joined by a bridge), --ranks-per-host "
+                            "ranks on each, once per rate of --rates; float32 cells of 5 collectives and the DDP step; "
+                            "5 repeats by default; output default docs/perf-hosts")
+    hosts.add_argument("--ranks-per-host", type=int, metavar="L", help="ranks on each simulated host (default 2)")
+    hosts.add_argument("--rates", type=str,
+                       help="comma-separated link rates of the simulated hosts, tbf in both directions: e.g. "
+                            "1gbit, 10gbit, 100mbit, or none for unshaped links (default 1gbit,10gbit)")
     p.add_argument("--world-sizes", "--ranks", dest="world_sizes", type=str,
                    help="comma-separated world sizes (default 2,4,8; --device cuda: 1,2)")
     p.add_argument("--ops", type=str, help="comma-separated: " + ", ".join(OPS) + " (default all)")
@@ -361,6 +373,12 @@ def main(argv=None) -> int:
         paths = report.render(a.render, want_plot=not a.no_plot)
         print(f"wrote {', '.join(v for k, v in paths.items() if k in ('md', 'png'))}", file=sys.stderr)
         return 0
+    if a.hosts is not None:
+        from . import hosts
+
+        return hosts.main(a, parser, argv)
+    if a.ranks_per_host is not None or a.rates is not None:
+        parser.error("--ranks-per-host and --rates go with --hosts H")
     if a.mpi:
         from . import mpi
 

@@ -241,6 +241,10 @@ def render(out_dir, want_plot=True):
     """Rewrite results.md (and the PNG) from results.csv and meta.json."""
     with open(os.path.join(out_dir, META_NAME)) as f:
         meta = json.load(f)
+    if meta.get("hosts"):
+        from . import hosts_report
+
+        return hosts_report.render(out_dir, meta, want_plot)
     meta["setup"] = {int(k): v for k, v in meta.get("setup", {}).items()}
     if meta.get("device") == "cuda":
         from . import cuda_report
