@@ -58,14 +58,14 @@ def test_hosts_options():
 def test_link_bound():
     meta = {"hosts": 2, "ranks_per_host": 2}
     mib64 = 64 << 20
-    rows = [{"rate": "1gbit", "op": "all_reduce", "size_bytes": mib64, "time_us": 600e3},
+    rows = [{"rate": "1gbit", "op": "all_reduce", "size_bytes": mib64, "time_us": 590e3, "time_max_us": 600e3},
             {"rate": "10gbit", "op": "all_gather_into_tensor", "size_bytes": mib64, "time_us": None},
-            {"rate": "none", "op": "all_reduce", "size_bytes": mib64, "time_us": 100e3},
-            {"rate": "1gbit", "op": "ddp_step", "size_bytes": mib64, "time_us": 1e6}]
+            {"rate": "none", "op": "all_reduce", "size_bytes": mib64, "time_us": 100e3, "time_max_us": 100e3},
+            {"rate": "1gbit", "op": "ddp_step", "size_bytes": mib64, "time_us": 1e6, "time_max_us": 1e6}]
     hosts_report.add_bounds(rows, meta)
     # 2(H-1)/H * N * 8 / R = 64 MiB * 8 / 1e9 s = 536.9 ms
     assert rows[0]["link_bound_us"] == pytest.approx(mib64 * 8 / 1e9 * 1e6)
-    assert rows[0]["bound_pct"] == pytest.approx(100 * 536.870912 / 600)
+    assert rows[0]["bound_pct"] == pytest.approx(100 * 536.870912 / 600)  # against the slowest rank
     assert rows[1]["link_bound_us"] == pytest.approx(mib64 / 2 * 8 / 1e10 * 1e6) and rows[1]["bound_pct"] is None
     assert rows[2]["link_bound_us"] is None and rows[3]["link_bound_us"] is None
     assert hosts_report.link_bytes("all_reduce", 300, 3, 2) == pytest.approx(400)

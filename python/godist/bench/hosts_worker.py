@@ -73,7 +73,8 @@ class HostsRankBench(MpiRankBench):
         # Every rank's view of the hosts and of the offload (rank 0 reports
         # its own, and whether the others agree).
         hosts = (self.topology or {}).get("hosts") or []
-        seen = self.gather([len(hosts), float(self.offload == "shm+tcp"), float(zlib.crc32(json.dumps(hosts).encode()))])
+        digest = float(zlib.crc32(json.dumps(hosts).encode()))
+        seen = self.gather([len(hosts), float(self.offload == "shm+tcp"), digest])
         agree = all(bool((seen[:, j] == seen[0, j]).all()) for j in range(seen.shape[1]))
         if self.rank == 0:
             self.write({"kind": "setup", "topology": self.topology, "setup": self.setup_times,
