@@ -82,50 +82,14 @@ func (o *Offload) allReduceSharded(ctx context.Context, buf []byte, elem int, co
 	}
 	mine := shards[o.topo.local]
 	x := o.next(ctx, o.topo.column(o.topo.local))
-	n := len(segs) - 1
-	if n == 1 {
-		if err := o.local.ReduceScatter(ctx, shards, mine, elem, combine); err != nil {
-			return err
-		}
-		if err := x.allReduce(mine, elem, combine, 0); err != nil {
-			return err
-		}
-		return o.local.AllGather(ctx, mine, shards)
-	}
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	x.ctx = cctx
-	ready, crossed, exited := make(chan int, n), make(chan error, n), make(chan struct{})
-	go func() {
-		defer close(exited)
-		for s := range ready {
-			crossed <- x.allReduce(part(mine, s), elem, combine, uint16(s*ringSteps(len(x.members))))
-		}
-	}()
-	stop := func(err error) error {
-		cancel(err)
-		<-exited
-		return err
-	}
-	for s := range n {
-		if err := o.local.ReduceScatter(ctx, parts(s), part(mine, s), elem, combine); err != nil {
-			close(ready)
-			return stop(err)
-		}
-		ready <- s
-	}
-	close(ready)
-	for s := range n {
-		if err := <-crossed; err != nil {
-			return stop(err)
-		}
+	return o.pipeline(ctx, x, len(segs)-1, func(x *xfer, s int) error {
+		return x.allReduce(part(mine, s), elem, combine, uint16(s*ringSteps(len(x.members))))
+	}, func(s int) error {
+		return o.local.ReduceScatter(ctx, parts(s), part(mine, s), elem, combine)
+	}, func(s int) error {
 		ps := parts(s)
-		if err := o.local.AllGather(ctx, ps[o.topo.local], ps); err != nil {
-			return stop(err)
-		}
-	}
-	<-exited
-	return nil
+		return o.local.AllGather(ctx, ps[o.topo.local], ps)
+	})
 }
 
 // segMin and segCount shape the pipeline of a sharded all-reduce: about

@@ -12,7 +12,9 @@ import (
 // local rank l its host's sum of the H blocks bound for the ranks with
 // local index l, and those ranks then exchange the blocks across hosts
 // and each reduces its own in host order. Each host's link carries (H-1)/H
-// of the input. Uneven groups are left to the engine's ring.
+// of the input. Blocks go in segments, pipelined: the host reduce-scatters
+// segment s+1 while segment s crosses hosts. Uneven groups are left to the
+// engine's ring.
 func (o *Offload) ReduceScatter(ctx context.Context, ins [][]byte, out []byte, elem int, combine backend.Combine) (err error) {
 	if !o.topo.even {
 		return backend.ErrDeclined
@@ -27,17 +29,28 @@ func (o *Offload) ReduceScatter(ctx context.Context, ins [][]byte, out []byte, e
 			scratch.Put(tmp)
 		}
 	}()
-	bundles := make([][]byte, L)
-	for j := range bundles {
-		bundles[j] = tmp[B*H*j : B*H*(j+1)]
-		for h, part := range blocks(bundles[j], H, B) {
-			copy(part, ins[o.topo.hosts[h][j]])
+	// Bundles are segment-major (see AllGather): segment s of the blocks
+	// bound for local rank j from every host, then segment s+1.
+	bundles := blocks(tmp[:B*H*L], L, B*H)
+	mine := tmp[B*H*L:]
+	segs := segments(B, elem)
+	seg := func(b []byte, s int) []byte { return b[segs[s]*H : segs[s+1]*H] }
+	for j, b := range bundles {
+		for s := range len(segs) - 1 {
+			n := segs[s+1] - segs[s]
+			for h, block := range blocks(seg(b, s), H, n) {
+				copy(block, ins[o.topo.hosts[h][j]][segs[s]:segs[s+1]])
+			}
 		}
 	}
-	mine := tmp[B*H*L:]
-	if err := o.hostReduceScatter(ctx, bundles, mine, elem, combine); err != nil {
-		return err
-	}
 	x := o.next(ctx, o.topo.column(o.topo.local))
-	return x.reduceScatter(blocks(mine, H, B), out, combine, 0)
+	return o.pipeline(ctx, x, len(segs)-1, func(x *xfer, s int) error {
+		return x.reduceScatter(blocks(seg(mine, s), H, segs[s+1]-segs[s]), out[segs[s]:segs[s+1]], combine, uint16(s))
+	}, func(s int) error {
+		parts := make([][]byte, L)
+		for j, b := range bundles {
+			parts[j] = seg(b, s)
+		}
+		return o.hostReduceScatter(ctx, parts, seg(mine, s), elem, combine)
+	}, nil)
 }
