@@ -13,10 +13,12 @@
 // store during rendezvous (one key per rank) and read by every other rank of
 // that group to learn how to reach it: hostname, boot ID and PID identify
 // the process and host (two ranks on the same boot ID share a kernel), the
-// Addresses and Port say where it listens, ShmProbe names a file under
-// /dev/shm that a peer can look for to prove the two ranks share /dev/shm,
-// and Transports lists what the rank can speak ("tcp", "shm"). Session is a
-// random token chosen by rank 0; other ranks may write 0 and adopt rank 0's.
+// Addresses and Port say where it listens (Interfaces names the network
+// interface of each address, for error messages), ShmProbe names a file
+// under /dev/shm that a peer can look for to prove the two ranks share
+// /dev/shm, and Transports lists what the rank can speak ("tcp", "shm").
+// Session is a random token chosen by rank 0; other ranks may write 0 and
+// adopt rank 0's.
 //
 // Handshake is the first frame the connecting rank sends on every new TCP
 // connection between two ranks; the accepting rank reads it to attribute
@@ -46,8 +48,8 @@
 // vector inside the buffer, strings NUL-terminated), and finally the
 // record's semantics (Validate): Magic, Version == wire.Version, ranks in
 // [0, WorldSize), strings valid UTF-8 of at most MaxStringLen bytes, at
-// most MaxListLen addresses and transports. Any panic left in the generated
-// accessors is recovered. Every error wraps ErrMalformed; a version
+// most MaxListLen addresses, transports and interfaces. Any panic left in
+// the generated accessors is recovered. Every error wraps ErrMalformed; a version
 // mismatch is a *VersionError, which also matches ErrVersionMismatch.
 //
 // Marshal does not validate; call Validate on the sending side to catch a

@@ -25,6 +25,7 @@ type PeerRecord struct {
 	ShmProbe   string   // file name under /dev/shm proving a shared /dev/shm; may be empty
 	Transports []string // transports the writer supports, e.g. "tcp", "shm"
 	CPUs       int32    // CPUs the writer's process may run on; 0 if not said (older writers)
+	Interfaces []string // interface of each of Addresses, same order; "" or missing: not known
 }
 
 const peerRecordName = "PeerRecord"
@@ -44,6 +45,7 @@ var peerRecordFields = []fieldKind{
 	fString,    // shm_probe
 	fStringVec, // transports
 	fU32,       // cpus
+	fStringVec, // interfaces
 }
 
 // Marshal encodes r. It does not validate r; call Validate first to be sure
@@ -56,6 +58,9 @@ func (r *PeerRecord) Marshal() []byte {
 	for _, s := range r.Transports {
 		size += 12 + len(s)
 	}
+	for _, s := range r.Interfaces {
+		size += 12 + len(s)
+	}
 	b := flatbuffers.NewBuilder(size)
 	group := createString(b, r.Group)
 	hostname := createString(b, r.Hostname)
@@ -63,6 +68,7 @@ func (r *PeerRecord) Marshal() []byte {
 	addresses := createStringVector(b, r.Addresses)
 	shmProbe := createString(b, r.ShmProbe)
 	transports := createStringVector(b, r.Transports)
+	interfaces := createStringVector(b, r.Interfaces)
 
 	fb.PeerRecordStart(b)
 	fb.PeerRecordAddSession(b, r.Session)
@@ -75,6 +81,7 @@ func (r *PeerRecord) Marshal() []byte {
 	fb.PeerRecordAddAddresses(b, addresses)
 	fb.PeerRecordAddShmProbe(b, shmProbe)
 	fb.PeerRecordAddTransports(b, transports)
+	fb.PeerRecordAddInterfaces(b, interfaces)
 	fb.PeerRecordAddVersion(b, r.Version)
 	fb.PeerRecordAddPort(b, r.Port)
 	fb.PeerRecordAddCpus(b, r.CPUs)
@@ -114,8 +121,12 @@ func UnmarshalPeerRecord(b []byte) (rec PeerRecord, err error) {
 	if n := t.TransportsLength(); n > MaxListLen {
 		return PeerRecord{}, malformed(peerRecordName, "Transports has %d entries, limit %d", n, MaxListLen)
 	}
+	if n := t.InterfacesLength(); n > MaxListLen {
+		return PeerRecord{}, malformed(peerRecordName, "Interfaces has %d entries, limit %d", n, MaxListLen)
+	}
 	rec.Addresses = readList(t.AddressesLength(), t.Addresses)
 	rec.Transports = readList(t.TransportsLength(), t.Transports)
+	rec.Interfaces = readList(t.InterfacesLength(), t.Interfaces)
 	if err := rec.Validate(); err != nil {
 		return PeerRecord{}, err
 	}
@@ -124,7 +135,8 @@ func UnmarshalPeerRecord(b []byte) (rec PeerRecord, err error) {
 
 // Validate reports whether UnmarshalPeerRecord would accept r: Version must
 // be wire.Version, 0 <= Rank < WorldSize, every string valid UTF-8 of at
-// most MaxStringLen bytes, at most MaxListLen Addresses and Transports, and
+// most MaxStringLen bytes, at most MaxListLen Addresses, Transports and
+// Interfaces, and
 // ShmProbe empty or a plain file name (no '/', no NUL, not "." or "..").
 func (r *PeerRecord) Validate() error {
 	if err := checkVersion(peerRecordName, r.Version); err != nil {
@@ -150,6 +162,9 @@ func (r *PeerRecord) Validate() error {
 		return malformed(peerRecordName, "ShmProbe %q is not a plain file name", p)
 	}
 	if err := checkList(peerRecordName, "Addresses", r.Addresses); err != nil {
+		return err
+	}
+	if err := checkList(peerRecordName, "Interfaces", r.Interfaces); err != nil {
 		return err
 	}
 	return checkList(peerRecordName, "Transports", r.Transports)

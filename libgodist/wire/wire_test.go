@@ -39,6 +39,7 @@ func samplePeer() PeerRecord {
 		ShmProbe:   "godist-probe-0123456789abcdef-1",
 		Transports: []string{"tcp", "shm"},
 		CPUs:       16,
+		Interfaces: []string{"lo", "eth0", "lo", ""},
 	}
 }
 
@@ -65,6 +66,7 @@ func TestPeerRecordRoundTrip(t *testing.T) {
 			Version: Version, Session: math.MaxUint64, Group: maxStr, Rank: math.MaxInt32 - 1, WorldSize: math.MaxInt32,
 			Hostname: maxStr, BootID: maxStr, PID: math.MaxInt32, Addresses: []string{maxStr, maxStr}, Port: math.MaxUint16,
 			ShmProbe: strings.Repeat("p", MaxStringLen), Transports: []string{maxStr}, CPUs: math.MaxInt32,
+			Interfaces: []string{maxStr, ""},
 		}},
 		{"max everything", PeerRecord{
 			Version: Version, Session: math.MaxUint64, Group: maxStr, Rank: 0, WorldSize: 1, Hostname: maxStr, BootID: maxStr,
@@ -183,6 +185,8 @@ func TestValidation(t *testing.T) {
 		{"peer bad utf8", peer(func(r *PeerRecord) { r.BootID = "\xff\xfe" }), decPeer, "BootID is not valid UTF-8"},
 		{"peer bad utf8 address", peer(func(r *PeerRecord) { r.Addresses = []string{"ok", "\xc0"} }), decPeer, "Addresses[1] is not valid UTF-8"},
 		{"peer too many addresses", peer(func(r *PeerRecord) { r.Addresses = manyStrings(MaxListLen+1, "a") }), decPeer, "Addresses has 65 entries"},
+		{"peer too many interfaces", peer(func(r *PeerRecord) { r.Interfaces = manyStrings(MaxListLen+1, "i") }), decPeer, "Interfaces has 65 entries"},
+		{"peer bad utf8 interface", peer(func(r *PeerRecord) { r.Interfaces = []string{"\xc0"} }), decPeer, "Interfaces[0] is not valid UTF-8"},
 		{"peer too many transports", peer(func(r *PeerRecord) { r.Transports = manyStrings(MaxListLen+1, "t") }), decPeer, "Transports has 65 entries"},
 		{"peer shm probe path", peer(func(r *PeerRecord) { r.ShmProbe = "../etc/passwd" }), decPeer, "not a plain file name"},
 		{"peer shm probe dotdot", peer(func(r *PeerRecord) { r.ShmProbe = ".." }), decPeer, "not a plain file name"},
@@ -433,4 +437,33 @@ func TestForwardCompatibleExtraField(t *testing.T) {
 	f, err := UnmarshalFingerprint(reseal(raw))
 	require.NoError(t, err)
 	assert.Equal(t, Fingerprint{Seq: 9, Op: "allgather", Count: 100}, f)
+}
+
+// TestPeerRecordInterfacesCompatible: a record from a writer that predates
+// the interfaces field decodes with no interfaces, and a reader that
+// predates it (the first 13 fields) accepts a record carrying it.
+func TestPeerRecordInterfacesCompatible(t *testing.T) {
+	old := samplePeer()
+	old.Interfaces = nil
+	b := flatbuffers.NewBuilder(0)
+	group := b.CreateString(old.Group)
+	addrs := createStringVector(b, old.Addresses)
+	b.StartObject(13)
+	b.PrependUint16Slot(0, old.Version, 0)
+	b.PrependUOffsetTSlot(2, group, 0)
+	b.PrependInt32Slot(3, old.Rank, 0)
+	b.PrependInt32Slot(4, old.WorldSize, 0)
+	b.PrependUOffsetTSlot(8, addrs, 0)
+	b.PrependUint16Slot(9, old.Port, 0)
+	b.FinishWithFileIdentifier(b.EndObject(), []byte(identPeerRecord))
+	got, err := UnmarshalPeerRecord(reseal(append(append([]byte(nil), b.FinishedBytes()...), 0, 0, 0, 0)))
+	require.NoError(t, err)
+	assert.Nil(t, got.Interfaces)
+	assert.Equal(t, old.Addresses, got.Addresses)
+
+	cur := samplePeer()
+	body, err := open(cur.Marshal(), peerRecordName, identPeerRecord)
+	require.NoError(t, err)
+	require.NoError(t, verifyTable(body, peerRecordName, peerRecordFields[:13]))
+	assert.Equal(t, 4, fb.GetRootAsPeerRecord(body, 0).InterfacesLength())
 }

@@ -183,8 +183,25 @@ func (rcv *PeerRecord) MutateCpus(n int32) bool {
 	return rcv._tab.MutateInt32Slot(28, n)
 }
 
+func (rcv *PeerRecord) Interfaces(j int) []byte {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(30))
+	if o != 0 {
+		a := rcv._tab.Vector(o)
+		return rcv._tab.ByteVector(a + flatbuffers.UOffsetT(j*4))
+	}
+	return nil
+}
+
+func (rcv *PeerRecord) InterfacesLength() int {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(30))
+	if o != 0 {
+		return rcv._tab.VectorLen(o)
+	}
+	return 0
+}
+
 func PeerRecordStart(builder *flatbuffers.Builder) {
-	builder.StartObject(13)
+	builder.StartObject(14)
 }
 func PeerRecordAddVersion(builder *flatbuffers.Builder, version uint16) {
 	builder.PrependUint16Slot(0, version, 0)
@@ -230,6 +247,12 @@ func PeerRecordStartTransportsVector(builder *flatbuffers.Builder, numElems int)
 }
 func PeerRecordAddCpus(builder *flatbuffers.Builder, cpus int32) {
 	builder.PrependInt32Slot(12, cpus, 0)
+}
+func PeerRecordAddInterfaces(builder *flatbuffers.Builder, interfaces flatbuffers.UOffsetT) {
+	builder.PrependUOffsetTSlot(13, flatbuffers.UOffsetT(interfaces), 0)
+}
+func PeerRecordStartInterfacesVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
+	return builder.StartVector(4, numElems, 4)
 }
 func PeerRecordEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()
