@@ -25,20 +25,29 @@ const (
 
 // Options are the user's choices that decide a group's backends.
 type Options struct {
-	BindHost  string // the address the TCP fabric listens on; "" for all interfaces
+	BindHost  string // GODIST_BIND_ADDR: the one address the TCP fabric listens on and publishes
+	Ifname    string // GODIST_SOCKET_IFNAME: the interfaces whose addresses it listens on and publishes
+	PeerHost  string // the host of the group's store; "" when there is none (tcp.Choose)
 	Transport string // TransportAuto, TransportTCP or TransportMPI
 }
 
-// Backends returns the backends of a group created with o.
+// Backends returns the backends of a group created with o. A setting that
+// cannot be used is an error naming it.
 func Backends(o Options) (backend.Set, error) {
-	set := backend.Set{Fabric: tcp.NewFabric(o.BindHost), Accelerator: nccl.Accelerator{}}
+	set := backend.Set{Accelerator: nccl.Accelerator{}}
 	switch o.Transport {
-	case TransportAuto, "auto":
-		// One host: shared memory carries the group. Several: shared
-		// memory inside each host, TCP between (backends/hier).
-		host := shm.NewOffloader()
-		set.Offloaders = append(set.Offloaders, host, hier.NewOffloader(host))
-	case TransportTCP:
+	case TransportAuto, "auto", TransportTCP:
+		f, err := tcp.NewFabric(tcp.NetConfig{BindAddr: o.BindHost, Ifname: o.Ifname, PeerHost: o.PeerHost})
+		if err != nil {
+			return backend.Set{}, err
+		}
+		set.Fabric = f
+		if o.Transport != TransportTCP {
+			// One host: shared memory carries the group. Several: shared
+			// memory inside each host, TCP between (backends/hier).
+			host := shm.NewOffloader()
+			set.Offloaders = append(set.Offloaders, host, hier.NewOffloader(host))
+		}
 	case TransportMPI:
 		set.Fabric = mpi.NewFabric()
 		set.Offloaders = []backend.Offloader{mpi.NewOffloader()}

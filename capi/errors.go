@@ -153,6 +153,20 @@ func writeErr(buf *C.char, n C.int32_t, status C.int, err error, msg string) {
 	case errors.As(err, &pe):
 		e.peer = C.int32_t(pe.Peer)
 	}
+	// Connection setup errors of the fabric name the peer at fault or the
+	// ranks that never connected.
+	var pr interface{ PeerRank() int }
+	if errors.As(err, &pr) && e.peer < 0 {
+		e.peer = C.int32_t(pr.PeerRank())
+	}
+	var mr interface{ MissingRanks() []int }
+	if errors.As(err, &mr) && e.nmissing == 0 {
+		m := mr.MissingRanks()
+		e.nmissing = C.int32_t(len(m))
+		for i, r := range m[:min(len(m), len(e.missing))] {
+			e.missing[i] = C.int32_t(r)
+		}
+	}
 	putCString(dst[errorSize:], msg)
 }
 

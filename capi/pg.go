@@ -24,15 +24,19 @@ func init() {
 
 // godist_pg_create creates a process group for rank of size ranks and starts
 // listening for its peers; *out receives its handle. transport is "" (shared
-// memory between co-located ranks, TCP otherwise) or "tcp" (TCP only).
+// memory between co-located ranks, TCP otherwise), "tcp" (TCP only) or
+// "mpi". bindHost (GODIST_BIND_ADDR), ifname (GODIST_SOCKET_IFNAME) and
+// peerHost (the host of the group's store), each NULL or "" when not set,
+// choose the addresses TCP listens on and publishes (tcp.Choose).
 //
 //export godist_pg_create
-func godist_pg_create(rank, size C.int32_t, group *C.char, timeoutMs C.int64_t, bindHost *C.char, transport *C.char, out *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+func godist_pg_create(rank, size C.int32_t, group *C.char, timeoutMs C.int64_t, bindHost, ifname, peerHost *C.char, transport *C.char, out *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
 	if out == nil {
 		return finish(errors.New("godist_pg_create: NULL out"), errbuf, errlen)
 	}
-	set, err := assemble.Backends(assemble.Options{BindHost: goString(bindHost), Transport: goString(transport)})
+	set, err := assemble.Backends(assemble.Options{BindHost: goString(bindHost), Ifname: goString(ifname),
+		PeerHost: goString(peerHost), Transport: goString(transport)})
 	if err != nil {
 		return finish(errors.Join(libgodist.ErrInvalid, err), errbuf, errlen)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/godist/godist/libgodist/transport"
@@ -20,48 +21,95 @@ type Config struct {
 	Rank, Size int
 	Session    uint64 // random token chosen by rank 0, known to all ranks
 	Group      string
-	BindHost   string // host/IP to listen on; "" listens on all interfaces
+	Hosts      []string // IP addresses to listen on, all on one port; empty: all interfaces
 }
 
-// Endpoint is where a peer listens: addresses to try in order, one port.
+// Endpoint is where a peer listens: addresses to try in order, one port,
+// and for messages the interface of each address and the peer's host.
 type Endpoint struct {
-	Addrs []string
-	Port  int
+	Addrs  []string
+	Ifaces []string // parallel to Addrs; may be shorter ("" where not known)
+	Host   string
+	Port   int
+}
+
+// iface is the interface of Addrs[i], "" if not known.
+func (ep Endpoint) iface(i int) string {
+	if i < len(ep.Ifaces) {
+		return ep.Ifaces[i]
+	}
+	return ""
 }
 
 // Listener accepts connections from higher ranks while this rank dials
 // lower ranks. Create it before publishing the port, then Connect.
 type Listener struct {
-	cfg Config
-	ln  *net.TCPListener
+	cfg  Config
+	lns  []*net.TCPListener // one per address of cfg.Hosts, on one port
+	port int
 }
 
-// Listen opens the listening socket on an ephemeral port.
+// listenTries bounds the attempts to find a port free on every address.
+const listenTries = 32
+
+// Listen opens the listening sockets: one on an ephemeral port, and one on
+// each further address of cfg.Hosts on the same port.
 func Listen(cfg Config) (*Listener, error) {
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
 		return nil, fmt.Errorf("tcp: invalid rank %d for size %d", cfg.Rank, cfg.Size)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.BindHost, "0"))
-	if err != nil {
-		return nil, fmt.Errorf("tcp: listen: %w", err)
+	hosts := cfg.Hosts
+	if len(hosts) == 0 {
+		hosts = []string{""}
 	}
-	return &Listener{cfg: cfg, ln: ln.(*net.TCPListener)}, nil
+	var lastErr error
+	for range listenTries {
+		lns, err := listenSame(hosts)
+		if err == nil {
+			return &Listener{cfg: cfg, lns: lns, port: lns[0].Addr().(*net.TCPAddr).Port}, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || len(hosts) == 1 {
+			return nil, fmt.Errorf("tcp: listen: %w", err)
+		}
+		lastErr = err
+	}
+	return nil, fmt.Errorf("tcp: listen: no port free on all of %v: %w", hosts, lastErr)
+}
+
+// listenSame listens on every host on one port, the one the first gets.
+func listenSame(hosts []string) ([]*net.TCPListener, error) {
+	lns := make([]*net.TCPListener, 0, len(hosts))
+	port := "0"
+	for _, h := range hosts {
+		ln, err := net.Listen("tcp", net.JoinHostPort(h, port))
+		if err != nil {
+			for _, l := range lns {
+				_ = l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln.(*net.TCPListener))
+		port = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	}
+	return lns, nil
 }
 
 // Port is the bound port.
-func (l *Listener) Port() int { return l.ln.Addr().(*net.TCPAddr).Port }
+func (l *Listener) Port() int { return l.port }
 
 // SetSession sets the session token checked in handshakes; call it before
 // Connect when the token was learnt during rendezvous.
 func (l *Listener) SetSession(s uint64) { l.cfg.Session = s }
 
-// Close closes the listening socket; it is idempotent.
+// Close closes the listening sockets; it is idempotent.
 func (l *Listener) Close() error {
-	err := l.ln.Close()
-	if errors.Is(err, net.ErrClosed) {
-		return nil
+	var first error
+	for _, ln := range l.lns {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) && first == nil {
+			first = err
+		}
 	}
-	return err
+	return first
 }
 
 // Connect builds the full mesh: rank r dials every rank below r and accepts
@@ -87,12 +135,16 @@ func (l *Listener) Connect(ctx context.Context, eps []Endpoint) (*Transport, err
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	start := time.Now()
 	var wg sync.WaitGroup
 	if inbound := cfg.Size - 1 - cfg.Rank; inbound > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := l.acceptAll(ctx, inbound, peers, &mu); err != nil {
+				if ctx.Err() != nil {
+					err = l.acceptTimeout(peers, &mu, eps[cfg.Rank], time.Since(start))
+				}
 				fail(err)
 				cancel()
 			}
@@ -104,7 +156,7 @@ func (l *Listener) Connect(ctx context.Context, eps []Endpoint) (*Transport, err
 			defer wg.Done()
 			c, err := dial(ctx, cfg, r, eps[r])
 			if err != nil {
-				fail(&transport.PeerError{Op: "connect", Peer: r, Err: err})
+				fail(err)
 				cancel()
 				return
 			}
@@ -131,31 +183,85 @@ func (l *Listener) Connect(ctx context.Context, eps []Endpoint) (*Transport, err
 	return newTransport(cfg.Rank, cfg.Size, transport.NewMailbox(cfg.Size), peers), nil
 }
 
-func (l *Listener) acceptAll(ctx context.Context, n int, peers []*peer, mu *sync.Mutex) error {
-	stop := context.AfterFunc(ctx, func() { _ = l.ln.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	for got := 0; got < n; {
-		c, err := l.ln.AcceptTCP()
-		if err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("tcp: waiting for %d connection(s) from higher ranks: %w", n-got, transport.ErrTimeout)
-			}
-			return fmt.Errorf("tcp: accept: %w", err)
+// acceptTimeout is the error of a rank whose higher ranks did not all
+// connect in time: which did not, and where this rank waited for them.
+func (l *Listener) acceptTimeout(peers []*peer, mu *sync.Mutex, me Endpoint, after time.Duration) error {
+	e := &AcceptError{Rank: l.cfg.Rank, Missing: []int{}, Host: me.Host, Port: l.port, Addrs: me.Addrs, Ifaces: me.Ifaces, After: after}
+	mu.Lock()
+	for r := l.cfg.Rank + 1; r < l.cfg.Size; r++ {
+		if peers[r] == nil {
+			e.Missing = append(e.Missing, r)
 		}
-		from, err := l.serverHandshake(ctx, c, peers, mu)
+	}
+	mu.Unlock()
+	return e
+}
+
+// accepted is a connection (or the error) one of the listening sockets got.
+type accepted struct {
+	c   *net.TCPConn
+	err error
+}
+
+// acceptAll accepts and handshakes n connections from higher ranks on any
+// of the listening sockets, until ctx ends. It closes the sockets before
+// it returns.
+func (l *Listener) acceptAll(ctx context.Context, n int, peers []*peer, mu *sync.Mutex) error {
+	got := make(chan accepted)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, ln := range l.lns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c, err := ln.AcceptTCP()
+				select {
+				case got <- accepted{c, err}:
+				case <-done:
+					if c != nil {
+						_ = c.Close()
+					}
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(done)
+		_ = l.Close() // unblocks the Accepts
+		wg.Wait()
+	}()
+	for left := n; left > 0; {
+		var a accepted
+		select {
+		case a = <-got:
+		case <-ctx.Done():
+			return fmt.Errorf("tcp: waiting for %d connection(s) from higher ranks: %w", left, transport.ErrTimeout)
+		}
+		if a.err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("tcp: waiting for %d connection(s) from higher ranks: %w", left, transport.ErrTimeout)
+			}
+			return fmt.Errorf("tcp: accept: %w", a.err)
+		}
+		from, err := l.serverHandshake(ctx, a.c, peers, mu)
 		if err != nil {
 			// Not one of ours (stale group, port scan): drop it and go on.
-			_ = c.Close()
+			_ = a.c.Close()
 			continue
 		}
-		p, err := newPeer(from, c)
+		p, err := newPeer(from, a.c)
 		if err != nil {
 			return &transport.PeerError{Op: "connect", Peer: from, Err: err}
 		}
 		mu.Lock()
 		peers[from] = p
 		mu.Unlock()
-		got++
+		left--
 	}
 	return nil
 }
@@ -203,30 +309,42 @@ func (l *Listener) serverHandshake(ctx context.Context, c *net.TCPConn, peers []
 	return int(h.FromRank), nil
 }
 
-// dial connects to rank r, retrying until ctx ends.
+// dial connects to rank r, trying its addresses in turn again and again
+// until one answers or ctx ends.
 func dial(ctx context.Context, cfg Config, r int, ep Endpoint) (*net.TCPConn, error) {
+	start := time.Now()
+	derr := &DialError{Rank: cfg.Rank, Peer: r, Host: ep.Host, Port: ep.Port}
 	if len(ep.Addrs) == 0 {
-		return nil, fmt.Errorf("no address published")
+		derr.Err = errNoAddress
+		return nil, derr
 	}
 	hs := (&wire.Handshake{Magic: wire.Magic, Version: wire.Version, Session: cfg.Session, Group: cfg.Group,
 		FromRank: int32(cfg.Rank), ToRank: int32(r), WorldSize: int32(cfg.Size)}).Marshal()
-	var lastErr error
+	derr.Tries = make([]Try, len(ep.Addrs))
+	for i, a := range ep.Addrs {
+		derr.Tries[i] = Try{Addr: a, Iface: ep.iface(i)}
+	}
 	backoff := 10 * time.Millisecond
 	for {
-		for _, a := range ep.Addrs {
-			addr := net.JoinHostPort(a, strconv.Itoa(ep.Port))
-			c, err := tryDial(ctx, addr, hs)
+		for i, a := range ep.Addrs {
+			c, err := tryDial(ctx, net.JoinHostPort(a, strconv.Itoa(ep.Port)), hs)
 			if err == nil {
 				return c, nil
 			}
-			lastErr = fmt.Errorf("%s: %w", addr, err)
+			// Keep what the address said before ctx ended over "canceled".
+			if ctx.Err() == nil || derr.Tries[i].Err == nil {
+				derr.Tries[i].Err = err
+			}
 			if errors.Is(err, errHandshake) {
-				return nil, lastErr
+				derr.Tries = derr.Tries[i : i+1]
+				derr.Err, derr.After = errHandshake, time.Since(start)
+				return nil, derr
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %v", transport.ErrTimeout, lastErr)
+			derr.Err, derr.After = transport.ErrTimeout, time.Since(start)
+			return nil, derr
 		case <-time.After(backoff):
 		}
 		if backoff < 500*time.Millisecond {

@@ -3,10 +3,12 @@ package tcp
 import (
 	"context"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/godist/godist/libgodist/backend"
+	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/wire"
 )
@@ -15,7 +17,7 @@ import (
 // its rank, and connects every pair of ranks (lower ranks accept, higher
 // ones dial) once every rank's record is known.
 type Fabric struct {
-	bindHost string
+	choice Choice
 
 	mu sync.Mutex
 	ln *Listener // nil before Describe and after Connect or Close
@@ -23,9 +25,21 @@ type Fabric struct {
 
 var _ backend.Fabric = (*Fabric)(nil)
 
-// NewFabric returns a fabric that listens on bindHost ("" for all
-// interfaces).
-func NewFabric(bindHost string) *Fabric { return &Fabric{bindHost: bindHost} }
+// NewFabric returns a fabric that listens where Choose(cfg) says; a
+// setting that cannot be used is a *SettingError.
+func NewFabric(cfg NetConfig) (*Fabric, error) {
+	c, err := Choose(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Fabric{choice: c}, nil
+}
+
+// NewFabricChoice returns a fabric that listens and publishes as c says.
+func NewFabricChoice(c Choice) *Fabric { return &Fabric{choice: c} }
+
+// Choice is where the fabric listens and what it publishes.
+func (f *Fabric) Choice() Choice { return f.choice }
 
 // spin is how long a goroutine waiting for a message reads the sockets
 // itself before it sleeps (Transport.SetSpin), when this host's ranks of
@@ -35,25 +49,30 @@ const spin = 200 * time.Microsecond
 // Name names the fabric in the group's log line.
 func (f *Fabric) Name() string { return "tcp" }
 
-// Describe opens the listener and records its port and this host's
-// addresses in rec.
+// Describe opens the listener and records its port and the addresses it
+// publishes, with their interfaces, in rec.
 func (f *Fabric) Describe(rec *wire.PeerRecord) error {
-	ln, err := Listen(Config{Rank: int(rec.Rank), Size: int(rec.WorldSize), Group: rec.Group, BindHost: f.bindHost})
+	ln, err := Listen(Config{Rank: int(rec.Rank), Size: int(rec.WorldSize), Group: rec.Group, Hosts: f.choice.hosts()})
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
 	f.ln = ln
 	f.mu.Unlock()
-	rec.Addresses = localAddrs(f.bindHost)
+	rec.Addresses, rec.Interfaces = nil, nil
+	for _, l := range f.choice.Publish {
+		rec.Addresses = append(rec.Addresses, l.Addr.String())
+		rec.Interfaces = append(rec.Interfaces, l.Iface)
+	}
 	rec.Port = uint16(ln.Port())
 	rec.Transports = append(rec.Transports, "tcp")
+	glog.Once("tcp-choice "+f.choice.Why, glog.Info, "godist: TCP listens on %s: %s", f.choice.Describe(), f.choice.Why)
 	return nil
 }
 
-// Connect connects every rank, loopback first to ranks on this host. When
-// this host's ranks fit its cores, a waiting goroutine reads its sockets
-// itself for a while before it sleeps.
+// Connect connects every rank, loopback first to ranks on this host that
+// listen on it. When this host's ranks fit its cores, a waiting goroutine
+// reads its sockets itself for a while before it sleeps.
 func (f *Fabric) Connect(ctx context.Context, s *backend.Setup) (transport.Transport, error) {
 	f.mu.Lock()
 	ln := f.ln
@@ -65,7 +84,12 @@ func (f *Fabric) Connect(ctx context.Context, s *backend.Setup) (transport.Trans
 	me := s.Me()
 	eps := make([]Endpoint, s.Size)
 	for i, r := range s.Records {
-		eps[i] = Endpoint{Addrs: dialAddrs(me, r), Port: int(r.Port)}
+		eps[i] = Endpoint{Host: r.Hostname, Port: int(r.Port)}
+		if i == s.Rank {
+			eps[i].Addrs, eps[i].Ifaces = r.Addresses, r.Interfaces
+		} else {
+			eps[i].Addrs, eps[i].Ifaces = dialAddrs(me, r)
+		}
 	}
 	ln.SetSession(s.Session)
 	t, err := ln.Connect(ctx, eps)
@@ -90,41 +114,36 @@ func (f *Fabric) Close() error {
 	return ln.Close()
 }
 
-// dialAddrs lists the addresses to try for peer r, as seen from me: ranks
-// on the same host (same hostname and boot id) use loopback first.
-func dialAddrs(me, r wire.PeerRecord) []string {
-	var out []string
-	if me.Hostname == r.Hostname && me.BootID == r.BootID && r.BootID != "" {
-		out = append(out, "127.0.0.1")
-	}
-	for _, a := range r.Addresses {
-		if ip := net.ParseIP(a); ip != nil && ip.IsLoopback() {
-			continue
+// dialAddrs lists the addresses to try for peer r, as seen from me, with
+// their interfaces. A rank on the same host (same hostname and boot id)
+// tries r's first loopback address first when its record lists one (r
+// listens on loopback); other hosts never try loopback addresses.
+func dialAddrs(me, r wire.PeerRecord) (addrs, ifaces []string) {
+	same := me.Hostname == r.Hostname && me.BootID == r.BootID && r.BootID != ""
+	iface := func(i int) string {
+		if i < len(r.Interfaces) {
+			return r.Interfaces[i]
 		}
-		out = append(out, a)
+		return ""
 	}
-	return out
+	lo := -1
+	for i, a := range r.Addresses {
+		if isLoopback(a) && lo < 0 {
+			lo = i
+		}
+	}
+	if same && lo >= 0 {
+		addrs, ifaces = append(addrs, r.Addresses[lo]), append(ifaces, iface(lo))
+	}
+	for i, a := range r.Addresses {
+		if !isLoopback(a) {
+			addrs, ifaces = append(addrs, a), append(ifaces, iface(i))
+		}
+	}
+	return addrs, ifaces
 }
 
-// localAddrs lists the addresses this rank can be reached at.
-func localAddrs(bind string) []string {
-	if bind != "" && bind != "0.0.0.0" && bind != "::" {
-		return []string{bind}
-	}
-	out := []string{"127.0.0.1"}
-	ifs, err := net.InterfaceAddrs()
-	if err != nil {
-		return out
-	}
-	for _, a := range ifs {
-		ipn, ok := a.(*net.IPNet)
-		if !ok || ipn.IP.IsLoopback() || ipn.IP.IsLinkLocalUnicast() {
-			continue
-		}
-		if len(out) >= 16 {
-			break
-		}
-		out = append(out, ipn.IP.String())
-	}
-	return out
+func isLoopback(a string) bool {
+	ip, err := netip.ParseAddr(a)
+	return err == nil && ip.Unmap().IsLoopback()
 }

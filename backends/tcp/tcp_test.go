@@ -22,7 +22,7 @@ func connectLoopback(t *testing.T, n int) []*Transport {
 	lns := make([]*Listener, n)
 	eps := make([]Endpoint, n)
 	for r := range lns {
-		ln, err := Listen(Config{Rank: r, Size: n, Session: 42, Group: "t", BindHost: "127.0.0.1"})
+		ln, err := Listen(Config{Rank: r, Size: n, Session: 42, Group: "t", Hosts: []string{"127.0.0.1"}})
 		require.NoError(t, err)
 		lns[r] = ln
 		eps[r] = Endpoint{Addrs: []string{"127.0.0.1"}, Port: ln.Port()}
@@ -205,7 +205,7 @@ func TestAbortLooksLikeDeadPeer(t *testing.T) {
 }
 
 func TestHandshakeRejectsStrangers(t *testing.T) {
-	ln, err := Listen(Config{Rank: 0, Size: 2, Session: 7, Group: "g", BindHost: "127.0.0.1"})
+	ln, err := Listen(Config{Rank: 0, Size: 2, Session: 7, Group: "g", Hosts: []string{"127.0.0.1"}})
 	require.NoError(t, err)
 	port := ln.Port()
 	done := make(chan error, 1)

@@ -20,7 +20,7 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint6
 
 from . import _errors, _log
 
-ABI_VERSION = 9
+ABI_VERSION = 10
 # GODIST_ASYNC (capi/godist.h): an asynchronous op, whose handle Go pushes
 # to the completion queue once watched. Without it an op is synchronous.
 ASYNC = 1
@@ -96,7 +96,8 @@ _DECLS = {
     "godist_gomaxprocs": (c_int32, []),
     "godist_runtime_stats": (None, [POINTER(c_int64), POINTER(c_int64)]),
     # process groups
-    "godist_pg_create": (c_int, [c_int32, c_int32, c_char_p, c_int64, c_char_p, c_char_p, _U64P] + _ERR),
+    "godist_pg_create": (c_int, [c_int32, c_int32, c_char_p, c_int64, c_char_p, c_char_p, c_char_p, c_char_p, _U64P]
+                         + _ERR),
     "godist_pg_info": (c_int, [c_uint64, POINTER(c_int32)] + _ERR),
     "godist_pg_record": (c_int, [c_uint64, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
     "godist_pg_connect": (c_int, [c_uint64, _BUF, c_int32, c_int64] + _ERR),

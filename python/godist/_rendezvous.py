@@ -27,6 +27,26 @@ from . import store as _store
 stats = {"go": 0, "python": 0}
 
 
+def store_host(store) -> str | None:
+    """The host the group's store is reached at, under any PrefixStores: a
+    TCPStore's host; None for a FileStore or HashStore (no network to go
+    by); for another kind of store, MASTER_ADDR if set. Go picks the
+    interface whose route leads there (backends/tcp/choice.go)."""
+    base = store
+    for _ in range(64):
+        if not isinstance(base, (dist.PrefixStore, _store.PrefixStore)):
+            break
+        base = base.underlying_store
+    if isinstance(base, (dist.TCPStore, _store.TCPStore)):
+        try:
+            return base.host or None
+        except Exception:  # a closed godist store
+            return None
+    if isinstance(base, (dist.FileStore, dist.HashStore, _store.FileStore, _store.HashStore)):
+        return None
+    return os.environ.get("MASTER_ADDR") or None
+
+
 def exchange(store, rank: int, size: int, handle: int, timeout: datetime.timedelta, group: str) -> None:
     lib = _lib.load()
     target = _store.resolve(store) if os.environ.get("GODIST_STORE_RENDEZVOUS", "1") != "0" else None

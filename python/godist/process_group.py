@@ -96,6 +96,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         _dump_on_signal(lib)
         h = ctypes.c_uint64()
         bind = os.environ.get("GODIST_BIND_ADDR", "").encode()
+        ifname = os.environ.get("GODIST_SOCKET_IFNAME", "").encode()
+        peer_host = (_rendezvous.store_host(store) or "").encode() if size > 1 else b""
         transport = os.environ.get("GODIST_TRANSPORT", "auto").strip().lower()
         if transport not in ("auto", "tcp", "mpi", ""):
             raise ValueError(f"godist: GODIST_TRANSPORT={transport!r}: use 'auto' (shared memory between ranks on "
@@ -104,8 +106,8 @@ class GodistProcessGroup(dist.ProcessGroup):
             from ._mpi import open_mpi
 
             open_mpi()  # the MPI fabric needs MPI initialised (mpi:// has done it already)
-        lib.pg_create(rank, size, self._name.encode(), self._timeout_ms(), bind or None,
-                      transport.encode() if transport in ("tcp", "mpi") else None, ctypes.byref(h))
+        lib.pg_create(rank, size, self._name.encode(), self._timeout_ms(), bind or None, ifname or None,
+                      peer_host or None, transport.encode() if transport in ("tcp", "mpi") else None, ctypes.byref(h))
         self._h = h.value
         # The ops' entry points (each takes a GodistOp's address), bound once.
         for name in ("allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "scatter", "alltoall",

@@ -46,7 +46,7 @@ def test_error_fields_reach_the_exception():
     lib = _lib.load()
     out = ctypes.c_uint64()
     with pytest.raises(_errors.GodistInvalidError) as ei:
-        lib.pg_create(2, 2, b"g", 1000, b"", b"", ctypes.byref(out))  # rank 2 of 2
+        lib.pg_create(2, 2, b"g", 1000, b"", b"", b"", b"", ctypes.byref(out))  # rank 2 of 2
     e = ei.value
     assert "rank 2 is out of range" in str(e)
     assert e.code == _errors.INVALID and e.cause == "invalid"
