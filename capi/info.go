@@ -6,16 +6,14 @@ package main
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"unsafe"
 
-	"github.com/godist/godist/assemble"
 	"github.com/godist/godist/backends/shm"
-	"github.com/godist/godist/libgodist"
+	"github.com/godist/godist/backends/tcp"
 	"github.com/godist/godist/libgodist/wire"
 )
 
@@ -140,39 +138,55 @@ func godist_probe_shm(dir *C.char, buf unsafe.Pointer, capacity C.int64_t, outle
 
 // tcpProbe is godist_probe_tcp's object.
 type tcpProbe struct {
-	Fabric string `json:"fabric"`
-	Bind   string `json:"bind"`
-	Usable bool   `json:"usable"`
-	Reason string `json:"reason"`
-	// Addresses are those the rank's record would name: its peers on
-	// other hosts dial them (ranks on one host use loopback).
-	Addresses []string `json:"addresses"`
+	Fabric   string `json:"fabric"`
+	Bind     string `json:"bind"`
+	Ifname   string `json:"ifname"`
+	PeerHost string `json:"peer_host"`
+	// Choice is how the addresses were chosen (tcp.ChoiceAll, ...; "" when
+	// a setting is unusable) and Why says so in a sentence.
+	Choice string `json:"choice"`
+	Why    string `json:"why"`
+	// Listen are the addresses listened on; null: all interfaces.
+	Listen []string `json:"listen"`
+	Usable bool     `json:"usable"`
+	Reason string   `json:"reason"`
+	// Addresses are those the rank's record would name, Interfaces theirs:
+	// its peers on other hosts dial them.
+	Addresses  []string `json:"addresses"`
+	Interfaces []string `json:"interfaces"`
 }
 
 // godist_probe_tcp has the fabric a group gets describe a rank of a group
-// of one, as the rendezvous does (it listens on bind, NULL or "" for all
-// interfaces, on an ephemeral port), then closes it, and reports the
-// addresses the record would name or why it could not listen.
+// of one, as the rendezvous does: it chooses its addresses from bind
+// (GODIST_BIND_ADDR), ifname (GODIST_SOCKET_IFNAME) and peerHost (the
+// store's host), each NULL or "" when not set, listens on an ephemeral
+// port, then closes it. It reports the choice and the addresses the record
+// would name, or why it could not listen.
 //
 //export godist_probe_tcp
-func godist_probe_tcp(bind *C.char, buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+func godist_probe_tcp(bind, ifname, peerHost *C.char, buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
 	defer recoverTo(&rc, errbuf, errlen)
-	p := tcpProbe{Bind: goString(bind), Addresses: []string{}}
-	set, err := assemble.Backends(assemble.Options{BindHost: p.Bind, Transport: assemble.TransportTCP})
+	p := tcpProbe{Fabric: "tcp", Bind: goString(bind), Ifname: goString(ifname), PeerHost: goString(peerHost),
+		Addresses: []string{}, Interfaces: []string{}}
+	f, err := tcp.NewFabric(tcp.NetConfig{BindAddr: p.Bind, Ifname: p.Ifname, PeerHost: p.PeerHost})
 	if err != nil {
-		return finish(errors.Join(libgodist.ErrInvalid, err), errbuf, errlen)
+		p.Reason = err.Error()
+		return putJSON(p, "info", buf, capacity, outlen, errbuf, errlen)
 	}
-	if n, ok := set.Fabric.(interface{ Name() string }); ok {
-		p.Fabric = n.Name()
+	c := f.Choice()
+	p.Choice, p.Why = c.How, c.Why
+	for _, l := range c.Listen {
+		p.Listen = append(p.Listen, l.Addr.String())
 	}
 	rec := wire.PeerRecord{Version: wire.Version, Group: "godist-info", Rank: 0, WorldSize: 1}
-	if err := set.Fabric.Describe(&rec); err != nil {
+	if err := f.Describe(&rec); err != nil {
 		p.Reason = err.Error()
 	} else {
 		p.Usable = true
 		p.Addresses = append(p.Addresses, rec.Addresses...)
+		p.Interfaces = append(p.Interfaces, rec.Interfaces...)
 	}
-	if err := set.Fabric.Close(); err != nil && p.Usable {
+	if err := f.Close(); err != nil && p.Usable {
 		p.Usable, p.Reason = false, fmt.Sprintf("tcp: closing the probe listener: %v", err)
 	}
 	return putJSON(p, "info", buf, capacity, outlen, errbuf, errlen)

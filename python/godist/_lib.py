@@ -112,7 +112,7 @@ _DECLS = {
     # host report (capi/info.go; used by godist/info.py): JSON into (buf, capacity, *outlen)
     "godist_build_info": (c_int, [c_void_p, c_int64, POINTER(c_int64)] + _ERR),
     "godist_probe_shm": (c_int, [c_char_p, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
-    "godist_probe_tcp": (c_int, [c_char_p, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
+    "godist_probe_tcp": (c_int, [c_char_p, c_char_p, c_char_p, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
     # ops (capi/ops.go): one entry point each, taking a godist_op's address
     **{"godist_" + op: (c_int, [c_void_p]) for op in (
         "allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "scatter", "alltoall", "barrier",

@@ -38,7 +38,12 @@ SETTINGS = {
     "GODIST_TRANSPORT": ("auto", "the transports of a group: auto (shared memory when every rank is on this host, "
                                  "TCP otherwise), tcp (TCP only) or mpi (MPI's messages and collectives, under "
                                  "mpirun)"),
-    "GODIST_BIND_ADDR": ("", "the address the TCP transport listens on; empty: all interfaces"),
+    "GODIST_BIND_ADDR": ("", "the one address TCP listens on and publishes to the other ranks (an address of this "
+                             "host); overrides GODIST_SOCKET_IFNAME; empty: see GODIST_SOCKET_IFNAME"),
+    "GODIST_SOCKET_IFNAME": ("", "the interfaces whose addresses TCP listens on and publishes, as NCCL_SOCKET_IFNAME: "
+                                 "eth0,ib (names or prefixes), =eth0 (exact names), ^docker,lo (all but these); "
+                                 "empty: the interface of the route to the store's host (MASTER_ADDR), all "
+                                 "interfaces when that is this host's loopback or there is none"),
     "GODIST_LOG_LEVEL": ("", "the level of the 'godist' logger: DEBUG, INFO, WARNING, ERROR or OFF; empty: from "
                              "TORCH_DISTRIBUTED_DEBUG or TORCH_CPP_LOG_LEVEL, else WARNING"),
     "GODIST_DUMP_ON_SIGNAL": ("", "1 (SIGUSR1) or a signal's name or number: on that signal every rank logs the "
@@ -423,11 +428,20 @@ def shm_report(lib, directory: str | None = None) -> dict:
 
 def _transports(lib) -> dict:
     bind = os.environ.get("GODIST_BIND_ADDR", "")
+    ifname = os.environ.get("GODIST_SOCKET_IFNAME", "")
+    master = os.environ.get("MASTER_ADDR", "")
     if lib is None:
         return {"selected": _transport_setting(), "shm": None, "tcp": None}
-    tcp = _json_call(lib.probe_tcp, bind.encode() or None)
-    tcp["note"] = ("ranks on one host connect over loopback; ranks on other hosts dial the addresses above"
-                   if tcp["usable"] else "groups cannot be created until this is fixed")
+    tcp = _json_call(lib.probe_tcp, bind.encode() or None, ifname.encode() or None, master.encode() or None)
+    if not tcp["usable"]:
+        tcp["note"] = "groups cannot be created until this is fixed"
+    elif tcp["listen"] is None:
+        tcp["note"] = "ranks on one host connect over loopback; ranks on other hosts dial the addresses above"
+    else:
+        tcp["note"] = ("every rank, on this host or another, dials the addresses above" +
+                       ("" if master or bind or ifname else
+                        "; a group's store on another host (MASTER_ADDR) would choose the interface of the route "
+                        "to it"))
     return {"selected": _transport_setting(), "shm": shm_report(lib), "tcp": tcp}
 
 
@@ -442,7 +456,15 @@ def _effect(name: str, v: str) -> tuple[str, str | None]:
                         None)}.get(
             u, ("invalid: creating a group raises ValueError", "use auto, tcp or mpi"))
     if name == "GODIST_BIND_ADDR":
-        return (f"TCP listens on {v}" if v else "TCP listens on all interfaces"), None
+        return (f"TCP listens on {v}" if v else "GODIST_SOCKET_IFNAME or the route to the store's host choose "
+                "TCP's addresses"), None
+    if name == "GODIST_SOCKET_IFNAME":
+        if os.environ.get("GODIST_BIND_ADDR", "").strip():
+            return "overridden by GODIST_BIND_ADDR", None
+        if not v.strip():
+            return ("TCP uses the interface of the route to the store's host (MASTER_ADDR), all interfaces "
+                    "on a single host"), None
+        return _ifname_effect(v), None
     if name == "GODIST_LOG_LEVEL":
         import logging
 
@@ -481,6 +503,21 @@ def _effect(name: str, v: str) -> tuple[str, str | None]:
         return (f"loads {v}" if v else "loads the package's libgodist.so"), (
             None if not v or os.path.exists(v) else f"{v} does not exist")
     return "", None
+
+
+def _ifname_effect(v: str) -> str:
+    """What GODIST_SOCKET_IFNAME=v selects, in words (the Go side,
+    backends/tcp/ifsel.go, decides and reports errors)."""
+    rest = v.strip()
+    exclude = rest.startswith("^")
+    rest = rest[1:] if exclude else rest
+    exact = rest.startswith("=")
+    rest = rest[1:] if exact else rest
+    names = " or ".join(n.strip() for n in rest.split(",") if n.strip())
+    which = f"named {names}" if exact else f"whose names start with {names}"
+    if exclude:
+        return f"TCP listens on and publishes the addresses of every interface but loopback and those {which}"
+    return f"TCP listens on and publishes the addresses of the interfaces {which}"
 
 
 def _settings() -> dict:
@@ -713,9 +750,12 @@ def render(r: dict) -> str:
         out.append(f"  shared mem   {'usable' if s['usable'] else 'unusable'}: {s['dir']}, {space}"
                    + ("" if s["usable"] else f": {s['reason']}"))
         out.append(f"               {s['note']}")
-        where = f"on {k['bind']}" if k["bind"] else "on all interfaces"
-        out.append(f"  TCP          " + (f"usable: listens {where}; addresses {', '.join(k['addresses'])}"
+        where = "on " + ", ".join(k["listen"]) if k["listen"] else "on all interfaces"
+        addrs = ", ".join(f"{a} ({i})" if i else a for a, i in zip(k["addresses"], k["interfaces"]))
+        out.append(f"  TCP          " + (f"usable: listens {where}; addresses {addrs}"
                                          if k["usable"] else f"unusable: {k['reason']}"))
+        if k["why"]:
+            out.append(f"               chosen as: {k['why']}")
         out.append(f"               {k['note']}")
 
     out += ["", "Libraries on this host"]

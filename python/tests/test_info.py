@@ -232,11 +232,40 @@ def test_bind_address_not_on_this_host(report):
     rep = _report(GODIST_BIND_ADDR=addr)
     tcp = rep["transports"]["tcp"]
     assert not tcp["usable"] and tcp["bind"] == addr and tcp["addresses"] == []
-    assert addr in tcp["reason"] and "tcp: listen" in tcp["reason"]
+    assert f'GODIST_BIND_ADDR="{addr}": no interface of this host has this address; this host has lo (' \
+        in tcp["reason"]
     assert _setting(rep, "GODIST_BIND_ADDR")["effect"] == f"TCP listens on {addr}"
     assert rep["warnings"] == [f"TCP cannot listen, no group can be created: {tcp['reason']}"]
     ok = _report(GODIST_BIND_ADDR="127.0.0.1")["transports"]["tcp"]
-    assert ok["usable"] and ok["addresses"] == ["127.0.0.1"]
+    assert ok["usable"] and ok["addresses"] == ["127.0.0.1"] and ok["choice"] == "bind"
+    assert ok["listen"] == ["127.0.0.1"] and ok["interfaces"] == ["lo"]
+
+
+@pytest.mark.timeout(180)
+def test_socket_ifname():
+    rep = _report(GODIST_SOCKET_IFNAME="=lo")
+    tcp = rep["transports"]["tcp"]
+    assert tcp["usable"] and tcp["choice"] == "ifname" and tcp["ifname"] == "=lo"
+    assert tcp["addresses"][0] == "127.0.0.1" and set(tcp["interfaces"]) == {"lo"}
+    assert tcp["listen"] == tcp["addresses"] and tcp["why"] == "GODIST_SOCKET_IFNAME==lo selects lo"
+    assert _setting(rep, "GODIST_SOCKET_IFNAME")["effect"] == \
+        "TCP listens on and publishes the addresses of the interfaces named lo"
+    assert rep["warnings"] == []
+
+    bad = _report(GODIST_SOCKET_IFNAME="gdnosuch0,lo")
+    tcp = bad["transports"]["tcp"]
+    assert not tcp["usable"] and tcp["choice"] is None and tcp["addresses"] == []
+    assert tcp["reason"].startswith('godist: GODIST_SOCKET_IFNAME="gdnosuch0,lo": no interface name starts with '
+                                    '"gdnosuch0"; this host has lo (127.0.0.1')
+    assert bad["warnings"] == [f"TCP cannot listen, no group can be created: {tcp['reason']}"]
+
+    both = _report(GODIST_SOCKET_IFNAME="gdnosuch0", GODIST_BIND_ADDR="127.0.0.1")
+    assert both["transports"]["tcp"]["usable"] and both["transports"]["tcp"]["addresses"] == ["127.0.0.1"]
+    assert _setting(both, "GODIST_SOCKET_IFNAME")["effect"] == "overridden by GODIST_BIND_ADDR"
+
+    routed = _report(MASTER_ADDR="127.0.0.1")["transports"]["tcp"]
+    assert routed["choice"] == "all" and routed["listen"] is None and routed["addresses"][0] == "127.0.0.1"
+    assert "loopback" in routed["why"]
 
 
 @pytest.mark.timeout(60)
