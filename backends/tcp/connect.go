@@ -331,8 +331,9 @@ func dial(ctx context.Context, cfg Config, r int, ep Endpoint) (*net.TCPConn, er
 			if err == nil {
 				return c, nil
 			}
-			// Keep what the address said before ctx ended over "canceled".
-			if ctx.Err() == nil || derr.Tries[i].Err == nil {
+			// Keep what the address said before over a try cut short by
+			// the end of ctx ("i/o timeout", "canceled").
+			if derr.Tries[i].Err == nil || ctx.Err() == nil && !cutShort(ctx, err) {
 				derr.Tries[i].Err = err
 			}
 			if errors.Is(err, errHandshake) {
@@ -351,6 +352,17 @@ func dial(ctx context.Context, cfg Config, r int, ep Endpoint) (*net.TCPConn, er
 			backoff *= 2
 		}
 	}
+}
+
+// cutShort reports whether err is the timeout of a try that ran into
+// ctx's deadline (which the dialer can see before ctx reports it).
+func cutShort(ctx context.Context, err error) bool {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 func tryDial(ctx context.Context, addr string, hs []byte) (*net.TCPConn, error) {
