@@ -38,7 +38,7 @@ func godist_pg_create(rank, size C.int32_t, group *C.char, timeoutMs C.int64_t, 
 	set, err := assemble.Backends(assemble.Options{BindHost: goString(bindHost), Ifname: goString(ifname),
 		PeerHost: goString(peerHost), Transport: goString(transport)})
 	if err != nil {
-		return finish(errors.Join(libgodist.ErrInvalid, err), errbuf, errlen)
+		return finish(invalidSetting{err}, errbuf, errlen)
 	}
 	pg, err := libgodist.New(libgodist.Config{Rank: int(rank), Size: int(size), Group: goString(group),
 		Timeout: millis(timeoutMs)}, set)
@@ -48,6 +48,12 @@ func godist_pg_create(rank, size C.int32_t, group *C.char, timeoutMs C.int64_t, 
 	*out = C.uint64_t(handles.put(pg))
 	return statusOK
 }
+
+// invalidSetting is a setting the backends cannot use: an invalid
+// argument (statusInvalid), with the backend's message unchanged.
+type invalidSetting struct{ error }
+
+func (e invalidSetting) Unwrap() []error { return []error{e.error, libgodist.ErrInvalid} }
 
 // godist_pg_record writes this rank's rendezvous record into buf (capacity
 // cap bytes) and its length into *outlen. If cap is too small it returns

@@ -105,8 +105,9 @@ def from_buffer(code: int, eb) -> Exception:
     cause = eb.cause
     fields = {"cause": CAUSES[cause] if 0 <= cause < len(CAUSES) else ""}
     if eb.seq >= 0:
-        fields.update(op=eb.op.decode("utf-8", "replace"), seq=eb.seq, group=eb.group.decode("utf-8", "replace"),
-                      missing_ranks=eb.missing[:min(eb.nmissing, len(eb.missing))])
+        fields.update(op=eb.op.decode("utf-8", "replace"), seq=eb.seq, group=eb.group.decode("utf-8", "replace"))
+    if eb.seq >= 0 or eb.nmissing > 0:  # an op's, or the ranks that never connected during a rendezvous
+        fields["missing_ranks"] = eb.missing[:min(eb.nmissing, len(eb.missing))]
     if eb.peer >= 0:
         fields["peer"] = eb.peer
     if eb.after_ms > 0:
