@@ -211,3 +211,30 @@ def test_unusable_settings_fail_at_init():
     assert msg is not None and msg.startswith(
         'godist: GODIST_BIND_ADDR="203.0.113.7": no interface of this host has this address; this host has lo ('), msg
     assert run_world(_init_one, 1, env={"GODIST_SOCKET_IFNAME": "=lo"})[0] is None
+
+
+def test_store_host(tmp_path, monkeypatch):
+    """The host whose route chooses the interface, for each kind of store."""
+    import torch.distributed as dist
+
+    import godist
+    from godist import _rendezvous
+
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    s = dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False)
+    assert _rendezvous.store_host(dist.PrefixStore("a", dist.PrefixStore("b", s))) == "127.0.0.1"
+    g = godist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False)
+    try:
+        assert _rendezvous.store_host(dist.PrefixStore("q", godist.PrefixStore("p", g))) == "127.0.0.1"
+    finally:
+        g.close()
+    assert _rendezvous.store_host(dist.FileStore(str(tmp_path / "f"), 1)) is None
+    assert _rendezvous.store_host(godist.HashStore()) is None
+
+    class Other(dist.Store):
+        pass
+
+    assert _rendezvous.store_host(Other()) is None
+    monkeypatch.setenv("MASTER_ADDR", "198.18.9.9")
+    assert _rendezvous.store_host(dist.PrefixStore("a", Other())) == "198.18.9.9"
+    assert _rendezvous.store_host(dist.HashStore()) is None
