@@ -142,7 +142,7 @@ func (l *Listener) Connect(ctx context.Context, eps []Endpoint) (*Transport, err
 		go func() {
 			defer wg.Done()
 			if err := l.acceptAll(ctx, inbound, peers, &mu); err != nil {
-				if ctx.Err() != nil {
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 					err = l.acceptTimeout(peers, &mu, eps[cfg.Rank], time.Since(start))
 				}
 				fail(err)
@@ -345,6 +345,9 @@ func dial(ctx context.Context, cfg Config, r int, ep Endpoint) (*net.TCPConn, er
 		select {
 		case <-ctx.Done():
 			derr.Err, derr.After = transport.ErrTimeout, time.Since(start)
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) { // another rank failed, or the group closed
+				derr.Err = ctx.Err()
+			}
 			return nil, derr
 		case <-time.After(backoff):
 		}
