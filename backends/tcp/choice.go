@@ -126,7 +126,7 @@ func choose(cfg NetConfig, sys system) (Choice, error) {
 	}
 	host := strings.TrimSpace(cfg.PeerHost)
 	if host == "" {
-		return all("the group's store has no host to route to (a FileStore or HashStore): all interfaces")
+		return all("no store host to route to (a FileStore or HashStore has none): all interfaces")
 	}
 	dsts, err := sys.Resolve(host)
 	if err != nil || len(dsts) == 0 {

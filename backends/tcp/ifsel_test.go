@@ -211,7 +211,7 @@ func TestChoose(t *testing.T) {
 		listen  bool // listens on the published addresses, else on all
 		why     string
 	}{
-		{NetConfig{}, ChoiceAll, all, false, "the group's store has no host to route to (a FileStore or HashStore): all interfaces"},
+		{NetConfig{}, ChoiceAll, all, false, "no store host to route to (a FileStore or HashStore has none): all interfaces"},
 		{NetConfig{PeerHost: "127.0.0.1"}, ChoiceAll, all, false, "the store's host 127.0.0.1 is this host's loopback (127.0.0.1), so every rank runs here: all interfaces"},
 		{NetConfig{PeerHost: "localhost"}, ChoiceAll, all, false, "the store's host localhost is this host's loopback (127.0.0.1), so every rank runs here: all interfaces"},
 		{NetConfig{PeerHost: "master"}, ChoiceRoute, []string{"eth0=10.0.0.2"}, true, "the route to the store's host master leaves through eth0"},
