@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/godist/godist/libgodist/auth"
+	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/wire"
 )
@@ -21,7 +23,13 @@ type Config struct {
 	Rank, Size int
 	Session    uint64 // random token chosen by rank 0, known to all ranks
 	Group      string
-	Hosts      []string // IP addresses to listen on, all on one port; empty: all interfaces
+	Hosts      []string  // IP addresses to listen on, all on one port; empty: all interfaces
+	Key        *auth.Key // the job secret's transport key; nil: no secret
+}
+
+// authContext binds a proof to the group and the accepting rank.
+func (cfg Config) authContext(to int) string {
+	return fmt.Sprintf("group=%q to=%d size=%d", cfg.Group, to, cfg.Size)
 }
 
 // Endpoint is where a peer listens: addresses to try in order, one port,
@@ -197,18 +205,23 @@ func (l *Listener) acceptTimeout(peers []*peer, mu *sync.Mutex, me Endpoint, aft
 	return e
 }
 
-// accepted is a connection (or the error) one of the listening sockets got.
-type accepted struct {
-	c   *net.TCPConn
-	err error
+// shaken is a connection that passed its handshake, from rank from, or
+// the error of a listening socket.
+type shaken struct {
+	c    *net.TCPConn
+	from int
+	err  error
 }
 
 // acceptAll accepts and handshakes n connections from higher ranks on any
-// of the listening sockets, until ctx ends. It closes the sockets before
-// it returns.
+// of the listening sockets, until ctx ends. Each connection is handshaken
+// on its own, so a stranger that stays silent holds up no one; one that is
+// refused is logged and dropped. It closes the sockets and every
+// connection still handshaking before it returns.
 func (l *Listener) acceptAll(ctx context.Context, n int, peers []*peer, mu *sync.Mutex) error {
-	got := make(chan accepted)
-	done := make(chan struct{})
+	got := make(chan shaken)
+	hctx, stop := context.WithCancel(ctx)
+	claimed := make([]bool, l.cfg.Size) // guarded by mu
 	var wg sync.WaitGroup
 	for _, ln := range l.lns {
 		wg.Add(1)
@@ -216,27 +229,41 @@ func (l *Listener) acceptAll(ctx context.Context, n int, peers []*peer, mu *sync
 			defer wg.Done()
 			for {
 				c, err := ln.AcceptTCP()
-				select {
-				case got <- accepted{c, err}:
-				case <-done:
-					if c != nil {
-						_ = c.Close()
+				if err != nil {
+					select {
+					case got <- shaken{err: err}:
+					case <-hctx.Done():
 					}
 					return
 				}
-				if err != nil {
-					return
-				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					from, err := l.serverHandshake(hctx, c, claimed, mu)
+					if err != nil {
+						if hctx.Err() == nil {
+							glog.Warnf("godist: rank %d of group %q refused a connection from %s: %v",
+								l.cfg.Rank, l.cfg.Group, c.RemoteAddr(), err)
+						}
+						_ = c.Close()
+						return
+					}
+					select {
+					case got <- shaken{c: c, from: from}:
+					case <-hctx.Done():
+						_ = c.Close()
+					}
+				}()
 			}
 		}()
 	}
 	defer func() {
-		close(done)
+		stop()
 		_ = l.Close() // unblocks the Accepts
 		wg.Wait()
 	}()
 	for left := n; left > 0; {
-		var a accepted
+		var a shaken
 		select {
 		case a = <-got:
 		case <-ctx.Done():
@@ -248,18 +275,12 @@ func (l *Listener) acceptAll(ctx context.Context, n int, peers []*peer, mu *sync
 			}
 			return fmt.Errorf("tcp: accept: %w", a.err)
 		}
-		from, err := l.serverHandshake(ctx, a.c, peers, mu)
+		p, err := newPeer(a.from, a.c)
 		if err != nil {
-			// Not one of ours (stale group, port scan): drop it and go on.
-			_ = a.c.Close()
-			continue
-		}
-		p, err := newPeer(from, a.c)
-		if err != nil {
-			return &transport.PeerError{Op: "connect", Peer: from, Err: err}
+			return &transport.PeerError{Op: "connect", Peer: a.from, Err: err}
 		}
 		mu.Lock()
-		peers[from] = p
+		peers[a.from] = p
 		mu.Unlock()
 		left--
 	}
@@ -269,41 +290,59 @@ func (l *Listener) acceptAll(ctx context.Context, n int, peers []*peer, mu *sync
 // handshakeTimeout bounds each handshake exchange.
 var handshakeTimeout = 10 * time.Second
 
-func (l *Listener) serverHandshake(ctx context.Context, c *net.TCPConn, peers []*peer, mu *sync.Mutex) (int, error) {
+// serverHandshake authenticates c when there is a secret, then reads its
+// handshake and claims its rank. Every read is bounded in size and by
+// handshakeTimeout (or ctx's end, whichever is first).
+func (l *Listener) serverHandshake(ctx context.Context, c *net.TCPConn, claimed []bool, mu *sync.Mutex) (int, error) {
 	d := time.Now().Add(handshakeTimeout)
 	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
 		d = cd
 	}
 	_ = c.SetDeadline(d)
-	defer c.SetDeadline(time.Time{})
+	abort := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	defer func() {
+		if abort() {
+			_ = c.SetDeadline(time.Time{})
+		}
+	}()
+	cfg := l.cfg
+	if cfg.Key != nil {
+		if err := auth.Server(c, cfg.Key, cfg.authContext(cfg.Rank)); err != nil {
+			return 0, err
+		}
+	}
 	msg, err := readMsg(c)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", errHandshake, err)
 	}
 	h, err := wire.UnmarshalHandshake(msg)
 	if err != nil {
-		return 0, err
+		_, _ = c.Write([]byte{1})
+		return 0, fmt.Errorf("%w: %w", errHandshake, err)
 	}
-	cfg := l.cfg
 	reject := func(why string) (int, error) {
 		_, _ = c.Write([]byte{1})
 		return 0, fmt.Errorf("%w: %s", errHandshake, why)
 	}
 	switch {
 	case h.Session != cfg.Session || h.Group != cfg.Group:
-		return reject("different group or session")
+		return reject(fmt.Sprintf("different group or session (group %q)", h.Group))
 	case int(h.WorldSize) != cfg.Size || int(h.ToRank) != cfg.Rank:
 		return reject("addressed to another rank or group size")
 	case int(h.FromRank) <= cfg.Rank || int(h.FromRank) >= cfg.Size:
-		return reject("unexpected source rank")
+		return reject(fmt.Sprintf("unexpected source rank %d", h.FromRank))
 	}
 	mu.Lock()
-	dup := peers[h.FromRank] != nil
+	dup := claimed[h.FromRank]
+	claimed[h.FromRank] = true
 	mu.Unlock()
 	if dup {
-		return reject("duplicate connection")
+		return reject(fmt.Sprintf("duplicate connection from rank %d", h.FromRank))
 	}
 	if _, err := c.Write([]byte{0}); err != nil {
+		mu.Lock()
+		claimed[h.FromRank] = false
+		mu.Unlock()
 		return 0, err
 	}
 	return int(h.FromRank), nil
@@ -327,7 +366,7 @@ func dial(ctx context.Context, cfg Config, r int, ep Endpoint) (*net.TCPConn, er
 	backoff := 10 * time.Millisecond
 	for {
 		for i, a := range ep.Addrs {
-			c, err := tryDial(ctx, net.JoinHostPort(a, strconv.Itoa(ep.Port)), hs)
+			c, err := tryDial(ctx, net.JoinHostPort(a, strconv.Itoa(ep.Port)), hs, cfg.Key, cfg.authContext(r))
 			if err == nil {
 				return c, nil
 			}
@@ -336,9 +375,12 @@ func dial(ctx context.Context, cfg Config, r int, ep Endpoint) (*net.TCPConn, er
 			if derr.Tries[i].Err == nil || ctx.Err() == nil && !cutShort(ctx, err) {
 				derr.Tries[i].Err = err
 			}
-			if errors.Is(err, errHandshake) {
+			if errors.Is(err, errHandshake) || errors.Is(err, auth.ErrAuth) {
 				derr.Tries = derr.Tries[i : i+1]
 				derr.Err, derr.After = errHandshake, time.Since(start)
+				if errors.Is(err, auth.ErrAuth) {
+					derr.Err = err
+				}
 				return nil, derr
 			}
 		}
@@ -368,7 +410,9 @@ func cutShort(ctx context.Context, err error) bool {
 	return ok && !time.Now().Before(d)
 }
 
-func tryDial(ctx context.Context, addr string, hs []byte) (*net.TCPConn, error) {
+// tryDial connects to addr, authenticates with k if there is a secret, and
+// sends the handshake hs.
+func tryDial(ctx context.Context, addr string, hs []byte, k *auth.Key, actx string) (*net.TCPConn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var d net.Dialer
@@ -379,6 +423,12 @@ func tryDial(ctx context.Context, addr string, hs []byte) (*net.TCPConn, error) 
 	c := nc.(*net.TCPConn)
 	dl, _ := dctx.Deadline()
 	_ = c.SetDeadline(dl)
+	if k != nil {
+		if err := auth.Client(c, k, actx); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	if err := writeMsg(c, hs); err != nil {
 		c.Close()
 		return nil, err
@@ -387,6 +437,11 @@ func tryDial(ctx context.Context, addr string, hs []byte) (*net.TCPConn, error) 
 	if _, err := io.ReadFull(c, ack[:]); err != nil {
 		c.Close()
 		return nil, err
+	}
+	if ack[0] == auth.Refusal[0] && k == nil {
+		c.Close()
+		return nil, &auth.Error{Side: "client", Reason: auth.Refused,
+			Err: fmt.Errorf("the peer at %s requires %s and this rank has none", addr, auth.Env)}
 	}
 	if ack[0] != 0 {
 		c.Close()

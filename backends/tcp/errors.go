@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/godist/godist/libgodist/auth"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -135,7 +136,7 @@ func reason(err error) string {
 	if errors.As(err, &ne) && ne.Timeout() {
 		return "timed out"
 	}
-	if errors.Is(err, errHandshake) {
+	if errors.Is(err, errHandshake) || errors.Is(err, auth.ErrAuth) {
 		return err.Error()
 	}
 	var se *os.SyscallError

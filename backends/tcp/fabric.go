@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/godist/godist/libgodist/auth"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/transport"
@@ -52,7 +53,8 @@ func (f *Fabric) Name() string { return "tcp" }
 // Describe opens the listener and records its port and the addresses it
 // publishes, with their interfaces, in rec.
 func (f *Fabric) Describe(rec *wire.PeerRecord) error {
-	ln, err := Listen(Config{Rank: int(rec.Rank), Size: int(rec.WorldSize), Group: rec.Group, Hosts: f.choice.hosts()})
+	ln, err := Listen(Config{Rank: int(rec.Rank), Size: int(rec.WorldSize), Group: rec.Group, Hosts: f.choice.hosts(),
+		Key: auth.FromEnv(auth.Transport)})
 	if err != nil {
 		return err
 	}
