@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/godist/godist/libgodist"
+	"github.com/godist/godist/libgodist/auth"
 	"github.com/godist/godist/store"
 )
 
@@ -32,7 +33,8 @@ func godist_tcpserver_create(host *C.char, port C.int32_t, out *C.uint64_t, errb
 	if out == nil || port < 0 || port > 65535 {
 		return finish(invalidArg("godist_tcpserver_create: NULL out or port %d out of range", port), errbuf, errlen)
 	}
-	srv, err := store.NewTCPServer(store.ServerOptions{Addr: net.JoinHostPort(goString(host), strconv.Itoa(int(port)))})
+	srv, err := store.NewTCPServer(store.ServerOptions{Addr: net.JoinHostPort(goString(host), strconv.Itoa(int(port))),
+		Key: auth.FromEnv(auth.Store)})
 	if err != nil {
 		return finish(storeFail(err, true), errbuf, errlen)
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/godist/godist/libgodist/auth"
 )
 
 // TCPStoreOptions configures NewTCPStore. The zero value connects to
@@ -49,6 +51,11 @@ type TCPStoreOptions struct {
 	// commands. Queue operations then fail with ErrNotSupported without
 	// sending anything, like torch's client-side guard.
 	LegacyServer bool
+
+	// Key, if set, is the job secret's store key (auth.Store): the client
+	// authenticates on every connection before its first request. A master
+	// also gives it to its server unless Server.Key is set.
+	Key *auth.Key
 
 	// dial replaces net.Dialer in tests.
 	dial func(ctx context.Context, addr string) (net.Conn, error)
@@ -120,6 +127,9 @@ func NewTCPStore(ctx context.Context, opts TCPStoreOptions) (*TCPStore, error) {
 	port := opts.Port
 	if opts.IsMaster {
 		so := opts.Server
+		if so.Key == nil {
+			so.Key = opts.Key
+		}
 		if so.Addr == "" && so.Listener == nil {
 			so.Addr = ":" + strconv.Itoa(opts.Port)
 		}
@@ -308,6 +318,9 @@ func (t *TCPStore) ensureConn(ctx context.Context) error {
 			t.connMu.Unlock()
 			return nil
 		}
+		if errors.Is(err, auth.ErrAuth) { // final: another try would fail alike
+			return err
+		}
 		last = err
 		wait := time.Duration(float64(backoff) * (0.5 + rand.Float64()))
 		backoff = min(backoff*3/2, time.Second)
@@ -340,6 +353,12 @@ func (t *TCPStore) dialOnce(ctx context.Context, d deadline) (net.Conn, error) {
 	_ = conn.SetDeadline(d.at)
 	stop := context.AfterFunc(dctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
+	if t.opts.Key != nil {
+		if err := auth.Client(conn, t.opts.Key, ""); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
 	// VALIDATE must be one write (libuv mishandles a split one); PING follows.
 	nonce := uint32(os.Getpid())
 	if _, err = conn.Write(appendRequest(nil, request{cmd: cmdValidate, u32: validationMagic})); err == nil {
@@ -348,6 +367,10 @@ func (t *TCPStore) dialOnce(ctx context.Context, d deadline) (net.Conn, error) {
 	var echo [4]byte
 	if err == nil {
 		_, err = readFull(conn, echo[:])
+	}
+	if err == nil && t.opts.Key == nil && string(echo[:]) == string(auth.Refusal) {
+		err = &auth.Error{Side: "client", Reason: auth.Refused,
+			Err: fmt.Errorf("the store server at %s requires %s and this client has none", t.addr, auth.Env)}
 	}
 	if err == nil && binary.LittleEndian.Uint32(echo[:]) != nonce {
 		err = errf(ErrProtocol, "ping failed: expected %d, got %d", nonce, binary.LittleEndian.Uint32(echo[:]))

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/godist/godist/libgodist/auth"
+	"github.com/godist/godist/libgodist/glog"
 )
 
 // ServerOptions configures a TCPServer. The zero value listens on an
@@ -36,7 +39,15 @@ type ServerOptions struct {
 	// Logf, if set, receives one line per dropped connection and accept
 	// error. It must be safe for concurrent use.
 	Logf func(format string, args ...any)
+
+	// Key, if set, is the job secret's store key (auth.Store): every
+	// connection must then authenticate before its first request is read,
+	// which torch's own clients cannot do. Refusals are logged at WARNING.
+	Key *auth.Key
 }
+
+// authTimeout bounds the authentication of a new connection.
+var authTimeout = 10 * time.Second
 
 // backlogHighWater is how many reply bytes may wait for a slow client
 // before the server stops reading its requests.
@@ -53,6 +64,7 @@ type TCPServer struct {
 	lim          limits
 	writeTimeout time.Duration
 	logf         func(string, ...any)
+	key          *auth.Key
 
 	mu     sync.Mutex // guards state, conns, nextID, closed
 	state  *serverState
@@ -95,6 +107,7 @@ func NewTCPServer(opts ServerOptions) (*TCPServer, error) {
 		},
 		writeTimeout: opts.WriteTimeout,
 		logf:         opts.Logf,
+		key:          opts.Key,
 		state:        newServerState(),
 		conns:        make(map[connID]*serverConn),
 		done:         make(chan struct{}),
@@ -177,21 +190,68 @@ func (s *TCPServer) acceptLoop() {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			nc.Close()
-			return
+		if s.key == nil {
+			if !s.serve(nc) {
+				return
+			}
+			continue
 		}
-		s.nextID++
-		c := &serverConn{id: s.nextID, nc: nc, srv: s, wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), done: make(chan struct{})}
-		s.conns[c.id] = c
-		s.state.connect(c.id)
-		s.wg.Add(2)
-		s.mu.Unlock()
-		go c.readLoop()
-		go c.writeLoop()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if s.authenticate(nc) {
+				s.serve(nc)
+			}
+		}()
 	}
+}
+
+// authenticate runs the server side of the auth exchange on nc, within
+// authTimeout or until Close. A refused connection is logged and closed.
+func (s *TCPServer) authenticate(nc net.Conn) bool {
+	_ = nc.SetDeadline(time.Now().Add(authTimeout))
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-s.done:
+			_ = nc.SetDeadline(time.Unix(1, 0))
+		case <-stop:
+		}
+	}()
+	err := auth.Server(nc, s.key, "")
+	close(stop)
+	if err != nil {
+		select {
+		case <-s.done:
+		default:
+			glog.Warnf("godist: store server refused a connection from %v: %v", nc.RemoteAddr(), err)
+			s.logf("store: tcp server: refused %v: %v", nc.RemoteAddr(), err)
+		}
+		nc.Close()
+		return false
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return true
+}
+
+// serve starts serving nc; it reports false, having closed nc, if the
+// server is closed.
+func (s *TCPServer) serve(nc net.Conn) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return false
+	}
+	s.nextID++
+	c := &serverConn{id: s.nextID, nc: nc, srv: s, wake: make(chan struct{}, 1), drained: make(chan struct{}, 1), done: make(chan struct{})}
+	s.conns[c.id] = c
+	s.state.connect(c.id)
+	s.wg.Add(2)
+	s.mu.Unlock()
+	go c.readLoop()
+	go c.writeLoop()
+	return true
 }
 
 // numConns returns the number of open connections (tests).

@@ -19,6 +19,7 @@ import (
 // ones dial) once every rank's record is known.
 type Fabric struct {
 	choice Choice
+	key    *auth.Key // the job secret's when the fabric was made; nil: none
 
 	mu sync.Mutex
 	ln *Listener // nil before Describe and after Connect or Close
@@ -33,11 +34,13 @@ func NewFabric(cfg NetConfig) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Fabric{choice: c}, nil
+	return NewFabricChoice(c), nil
 }
 
-// NewFabricChoice returns a fabric that listens and publishes as c says.
-func NewFabricChoice(c Choice) *Fabric { return &Fabric{choice: c} }
+// NewFabricChoice returns a fabric that listens and publishes as c says,
+// authenticating its connections with the job secret if there is one
+// (auth.FromEnv).
+func NewFabricChoice(c Choice) *Fabric { return &Fabric{choice: c, key: auth.FromEnv(auth.Transport)} }
 
 // Choice is where the fabric listens and what it publishes.
 func (f *Fabric) Choice() Choice { return f.choice }
@@ -54,7 +57,7 @@ func (f *Fabric) Name() string { return "tcp" }
 // publishes, with their interfaces, in rec.
 func (f *Fabric) Describe(rec *wire.PeerRecord) error {
 	ln, err := Listen(Config{Rank: int(rec.Rank), Size: int(rec.WorldSize), Group: rec.Group, Hosts: f.choice.hosts(),
-		Key: auth.FromEnv(auth.Transport)})
+		Key: f.key})
 	if err != nil {
 		return err
 	}

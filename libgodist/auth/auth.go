@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 )
 
 // Env is the environment variable that holds the job secret.
@@ -108,9 +109,25 @@ func NewKey(secret []byte, purpose string) *Key {
 	return &k
 }
 
-// FromEnv is the key for purpose of the secret in GODIST_SECRET; nil when it
-// is unset or empty.
-func FromEnv(purpose string) *Key { return NewKey([]byte(os.Getenv(Env)), purpose) }
+// set is the secret SetSecret gave, if it was called.
+var set atomic.Pointer[[]byte]
+
+// SetSecret sets the secret FromEnv uses from now on instead of reading
+// GODIST_SECRET (a host that changes its environment after this process
+// started, such as Python, passes it this way); empty means none.
+func SetSecret(secret []byte) {
+	b := append([]byte(nil), secret...)
+	set.Store(&b)
+}
+
+// FromEnv is the key for purpose of the secret SetSecret gave or else of
+// GODIST_SECRET; nil when it is unset or empty.
+func FromEnv(purpose string) *Key {
+	if p := set.Load(); p != nil {
+		return NewKey(*p, purpose)
+	}
+	return NewKey([]byte(os.Getenv(Env)), purpose)
+}
 
 // proof is HMAC(key, role | len(context) | context | cn | sn).
 func (k *Key) proof(role, context string, cn, sn []byte) []byte {

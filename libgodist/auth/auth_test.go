@@ -198,4 +198,13 @@ func TestNoSecretNoKey(t *testing.T) {
 	if FromEnv(Store) == nil {
 		t.Fatal("GODIST_SECRET=x gave no key")
 	}
+	defer set.Store(nil)
+	SetSecret(nil)
+	if FromEnv(Store) != nil {
+		t.Fatal("SetSecret(nil) did not override GODIST_SECRET")
+	}
+	SetSecret([]byte("y"))
+	if *FromEnv(Store) != *NewKey([]byte("y"), Store) {
+		t.Fatal("SetSecret did not set the key")
+	}
 }

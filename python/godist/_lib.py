@@ -12,6 +12,7 @@ forked child of the loading process, and checks the ABI version.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import struct
@@ -109,6 +110,8 @@ _DECLS = {
     "godist_log_level": (None, [c_int32]),
     "godist_log_drain": (c_int, [c_int64, c_void_p, c_int64, POINTER(c_int64)]),
     "godist_dump_on_signal": (c_int, [c_int32]),
+    # authentication (capi/auth.go): the job secret for what is created next
+    "godist_set_secret": (None, [c_char_p, c_int64]),
     # host report (capi/info.go; used by godist/info.py): JSON into (buf, capacity, *outlen)
     "godist_build_info": (c_int, [c_void_p, c_int64, POINTER(c_int64)] + _ERR),
     "godist_probe_shm": (c_int, [c_char_p, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
@@ -323,6 +326,27 @@ def load() -> _Lib:
             _loaded_pid = os.getpid()
             _log.setup(_lib)
     return _lib
+
+
+_secret_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def secret(lib: _Lib, value: str | bytes | None = None):
+    """Hold the job secret for the listener, store server or store client
+    created in this block: ``value`` if given, else GODIST_SECRET as
+    os.environ has it now (Go reads the environment only at load)."""
+    if value is None:
+        value = os.environ.get("GODIST_SECRET", "")
+    if not isinstance(value, (str, bytes)):
+        raise TypeError(f"godist: the secret must be str or bytes, got {type(value).__name__}")
+    b = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    with _secret_lock:
+        lib.set_secret(b or None, len(b))
+        try:
+            yield
+        finally:
+            lib.set_secret(None, 0)
 
 
 def _check_layout(cdll, path):

@@ -106,8 +106,10 @@ class GodistProcessGroup(dist.ProcessGroup):
             from ._mpi import open_mpi
 
             open_mpi()  # the MPI fabric needs MPI initialised (mpi:// has done it already)
-        lib.pg_create(rank, size, self._name.encode(), self._timeout_ms(), bind or None, ifname or None,
-                      peer_host or None, transport.encode() if transport in ("tcp", "mpi") else None, ctypes.byref(h))
+        with _lib.secret(lib):
+            lib.pg_create(rank, size, self._name.encode(), self._timeout_ms(), bind or None, ifname or None,
+                          peer_host or None, transport.encode() if transport in ("tcp", "mpi") else None,
+                          ctypes.byref(h))
         self._h = h.value
         # The ops' entry points (each takes a GodistOp's address), bound once.
         for name in ("allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "scatter", "alltoall",

@@ -287,11 +287,14 @@ class TCPStore(_GoStore):
     ``multi_tenant`` reuses a godist master already serving ``port`` in this
     process. ``use_libuv=False`` says the server is torch's classic backend,
     which has no queues (queue calls raise NotImplementedError, as torch's
-    client does)."""
+    client does). ``secret`` (default: ``GODIST_SECRET``) makes the client,
+    and a master's server, authenticate every connection; torch's clients
+    and servers cannot, so use it only between godist stores."""
 
     def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
                  timeout: datetime.timedelta = _DEFAULT_TIMEOUT, wait_for_workers: bool = True,
-                 multi_tenant: bool = False, master_listen_fd: int | None = None, use_libuv: bool = True):
+                 multi_tenant: bool = False, master_listen_fd: int | None = None, use_libuv: bool = True,
+                 secret: str | bytes | None = None):
         super().__init__()
         if world_size is not None and world_size == 0:
             raise ValueError("TCPStore world size cannot be 0")
@@ -304,9 +307,10 @@ class TCPStore(_GoStore):
         self._master = bool(is_master)
         h = ctypes.c_uint64()
         lib = _lib.load()
-        lib.tcpstore_create(host_name.encode(), int(port), int(world_size or 0), int(bool(is_master)),
-                            int(bool(wait_for_workers)), -1 if master_listen_fd is None else int(master_listen_fd),
-                            0 if use_libuv else 1, _ms(timeout), ctypes.byref(h))
+        with _lib.secret(lib, secret):
+            lib.tcpstore_create(host_name.encode(), int(port), int(world_size or 0), int(bool(is_master)),
+                                int(bool(wait_for_workers)), -1 if master_listen_fd is None else int(master_listen_fd),
+                                0 if use_libuv else 1, _ms(timeout), ctypes.byref(h))
         p = ctypes.c_int32()
         lib.tcpstore_port(h.value, ctypes.byref(p))
         self._port = p.value
@@ -339,12 +343,15 @@ class TCPStore(_GoStore):
 
 class TCPServer:
     """A standalone godist TCPStore server (no client): torch and godist
-    TCPStore clients can connect to ``port``. Close it with :meth:`close`."""
+    TCPStore clients can connect to ``port``. Close it with :meth:`close`.
+    With ``secret`` (default: ``GODIST_SECRET``) only godist clients with
+    the same secret are served."""
 
-    def __init__(self, host: str = "", port: int = 0):
+    def __init__(self, host: str = "", port: int = 0, secret: str | bytes | None = None):
         h = ctypes.c_uint64()
         lib = _lib.load()
-        lib.tcpserver_create(host.encode(), int(port), ctypes.byref(h))
+        with _lib.secret(lib, secret):
+            lib.tcpserver_create(host.encode(), int(port), ctypes.byref(h))
         self._h = h.value
         p = ctypes.c_int32()
         lib.tcpserver_port(self._h, ctypes.byref(p))
