@@ -48,6 +48,9 @@ SETTINGS = {
                              "TORCH_DISTRIBUTED_DEBUG or TORCH_CPP_LOG_LEVEL, else WARNING"),
     "GODIST_DUMP_ON_SIGNAL": ("", "1 (SIGUSR1) or a signal's name or number: on that signal every rank logs the "
                                   "state of its groups; empty: off"),
+    "GODIST_SECRET": ("", "the job's secret: every rank's TCP listener and godist's TCPStore servers and clients "
+                          "authenticate each connection with it (HMAC challenge-response; payloads are not "
+                          "encrypted); torch's TCPStore cannot; empty: TCP accepts only this job's ranks"),
     "GODIST_STORE_RENDEZVOUS": ("1", "0: the rendezvous runs in Python even when the group's store is a godist store"),
     "GODIST_LIBRARY": ("", "the path of libgodist.so to load; empty: the one inside the package"),
     "GODIST_CUDA": ("auto", "how collectives run on CUDA tensors: auto (NCCL when it loads and sees a GPU, else "
@@ -490,6 +493,10 @@ def _effect(name: str, v: str) -> tuple[str, str | None]:
         except ValueError:
             sig = str(signo)
         return f"each rank logs the state of its groups on signal {sig}", None
+    if name == "GODIST_SECRET":
+        return ("TCP connections between ranks and to godist's TCPStore servers must authenticate with it" if v else
+                "no secret: TCP accepts only connections presenting this job's session token and a rank of the "
+                "group; godist's TCPStore serves anyone (torch's clients included)"), None
     if name == "GODIST_STORE_RENDEZVOUS":
         return ("the rendezvous runs in Python" if v == "0" else
                 "the rendezvous runs in Go when the group's store is a godist store"), None
@@ -526,6 +533,8 @@ def _settings() -> dict:
     for name, (default, doc) in SETTINGS.items():
         value = env.get(name)
         effect, problem = _effect(name, value if value is not None else default)
+        if name == "GODIST_SECRET" and value:
+            value = "(set, not shown)"
         known.append({"name": name, "set": value is not None, "value": value, "default": default, "doc": doc,
                       "effect": effect, "problem": problem})
     gmp = os.environ.get("GOMAXPROCS")
