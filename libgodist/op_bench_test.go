@@ -45,6 +45,24 @@ func BenchmarkInlineAllReduceShm(b *testing.B) {
 	}
 }
 
+// BenchmarkTCPAllReduceSmall measures a synchronous 8-byte all-reduce
+// through the whole engine on two ranks (goroutines) over loopback TCP:
+// the latency path (recursive doubling, one exchange).
+func BenchmarkTCPAllReduceSmall(b *testing.B) {
+	pgs := connectGroup(b, 2, assemble.TransportTCP, nil)
+	a := ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}
+	b.ReportAllocs()
+	done := make(chan error, 1)
+	n := b.N
+	go func() { done <- allReduceN(pgs[1], make([]byte, 8), a, n) }()
+	if err := allReduceN(pgs[0], make([]byte, 8), a, n); err != nil {
+		b.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
 // BenchmarkTCPAllReduce measures a synchronous float32 all-reduce over the
 // TCP transport (loopback) with the ranks as goroutines of this process:
 // the ring's pipelining and the transport's sends and reads, without
