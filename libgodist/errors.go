@@ -44,13 +44,23 @@ type OpError struct {
 	// PeerLeft is why Peer left the group, when it shut its group down
 	// after an error of its own (from its farewell).
 	PeerLeft string
+	// Detail is this rank's description of its tensors (Opts.Detail), shown
+	// when ranks called different collectives.
+	Detail string
 }
 
 func (e *OpError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "godist: %s (seq %d) in group %q", e.Op, e.Seq, e.Group)
 	var me *monitoredError
+	var de *desyncError
 	switch {
+	case errors.As(e.Err, &de):
+		fmt.Fprintf(&b, " failed: %v", de)
+		if e.Detail != "" {
+			fmt.Fprintf(&b, " (this rank's tensors: %s)", e.Detail)
+		}
+		return b.String()
 	case errors.As(e.Err, &me):
 		fmt.Fprintf(&b, " failed")
 	case e.Timeout() && len(e.Missing) > 0:

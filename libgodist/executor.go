@@ -1,6 +1,7 @@
 package libgodist
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/gosched"
+	"github.com/godist/godist/libgodist/transport"
 )
 
 // executor runs a group's collectives one at a time, in issue order. Queued
@@ -46,18 +48,22 @@ func (e *executor) init(pg *ProcessGroup) {
 
 // submit queues a collective and returns its Work; with o.Inline it may run
 // it before returning.
-func (pg *ProcessGroup) submit(op string, o Opts, run func(c *comm) error) *Work {
+func (pg *ProcessGroup) submit(op string, o Opts, call transport.Call, run func(c *comm) error) *Work {
 	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = pg.cfg.Timeout
 	}
 	seq := pg.seq.Add(1)
 	w := newWork(op, seq)
-	if err := pg.usable(); err != nil {
+	if err := pg.usable(); err != nil && !pg.desyncPending() {
 		w.finish(err, -1)
 		return w
 	}
-	t := &task{w: w, timeout: timeout, run: run}
+	t := &task{w: w, timeout: timeout, run: run, call: call, detail: o.Detail}
+	t.call.Seq, t.call.Rank = seq, pg.cfg.Rank
+	if o.Detail != "" {
+		t.call.Detail = detailHash(o.Detail)
+	}
 	e := &pg.exec
 	e.mu.Lock()
 	if o.Inline && !e.busy && len(e.queue) == 0 {
@@ -205,19 +211,34 @@ func (e *executor) waitIdle() {
 
 func (pg *ProcessGroup) runTask(t *task) {
 	pg.entered.Store(t.w.Seq)
-	if err := pg.usable(); err != nil {
-		t.w.finish(fmt.Errorf("godist: %s (seq %d): %w", t.w.Op, t.w.Seq, err), -1)
+	t.started = time.Now()
+	ctx := newOpContext(pg.ctx, t.timeout)
+	ctx.call = &t.call
+	t.ctx = ctx
+	// Stored before the group's state is checked: a desync learned of
+	// meanwhile either is seen here or cancels ctx (desynced).
+	pg.running.Store(t)
+	if err := pg.refusal(t.w.Op, t.w.Seq); err != nil {
+		ctx.cancel()
+		pg.running.CompareAndSwap(t, nil)
+		var oe *OpError
+		if !errors.As(err, &oe) {
+			err = fmt.Errorf("godist: %s (seq %d): %w", t.w.Op, t.w.Seq, err)
+		}
+		t.w.finish(err, -1)
 		return
 	}
-	t.started = time.Now()
-	pg.running.Store(t)
 	debug := glog.Enabled(glog.Debug)
 	if debug {
 		pg.traceStart(t)
 	}
-	ctx := newOpContext(pg.ctx, t.timeout)
-	c := &comm{tr: pg.tr, offload: pg.offload, tune: &pg.tune, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare, allSpare: pg.allSpare}
-	err := safeRun(t.run, c)
+	var err error
+	if de := pg.track(t); de != nil {
+		err = &transport.PeerError{Op: "recv", Peer: de.Peer, Err: de}
+	} else {
+		c := &comm{tr: pg.tr, offload: pg.offload, tune: &pg.tune, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare, allSpare: pg.allSpare}
+		err = safeRun(t.run, c)
+	}
 	ctx.cancel()
 	if err != nil {
 		err = pg.opError(t, err)

@@ -98,5 +98,5 @@ func (pg *ProcessGroup) MonitoredBarrier(timeout time.Duration, waitAll bool) (*
 	if timeout <= 0 {
 		timeout = pg.cfg.Timeout
 	}
-	return pg.submit("monitored_barrier", Opts{Timeout: timeout + 2*queryWait}, func(c *comm) error { return monitoredBarrier(c, waitAll, timeout) }), nil
+	return pg.submit("monitored_barrier", Opts{Timeout: timeout + 2*queryWait}, noData(transport.OpMonitoredBarrier), func(c *comm) error { return monitoredBarrier(c, waitAll, timeout) }), nil
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/godist/godist/libgodist/transport"
 )
 
 // opContext is the context an op runs under: the group's context with the
@@ -20,6 +22,7 @@ import (
 type opContext struct {
 	parent   context.Context
 	deadline time.Time
+	call     *transport.Call // the op's fingerprint (transport.CallOf), or nil
 
 	mu       sync.Mutex
 	inner    atomic.Pointer[innerCtx] // made by the first Done
@@ -37,9 +40,14 @@ func newOpContext(parent context.Context, timeout time.Duration) *opContext {
 
 func (c *opContext) Deadline() (time.Time, bool) { return c.deadline, true }
 
-// Value looks keys up in the group's context (context.Cause finds the
-// group's cause there).
-func (c *opContext) Value(key any) any { return c.parent.Value(key) }
+// Value answers transport.CallKey with the op's Call and looks other keys
+// up in the group's context (context.Cause finds the group's cause there).
+func (c *opContext) Value(key any) any {
+	if _, ok := key.(transport.CallKey); ok && c.call != nil {
+		return c.call
+	}
+	return c.parent.Value(key)
+}
 
 func (c *opContext) Err() error {
 	if in := c.inner.Load(); in != nil {

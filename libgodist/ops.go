@@ -30,6 +30,17 @@ type Opts struct {
 	// (executor.runQueued) instead of waiting for the drainer goroutine.
 	// Work.Expedite (a watch) starts it at once.
 	Deferrable bool
+	// DType is the element type of an op whose buffers the engine sees as
+	// bytes (broadcast, all_gather, gather, scatter, all_to_all), when
+	// Typed: ranks that disagree on it fail with a desync error, and the
+	// error describes the call by its elements. Reducing ops take theirs
+	// from ReduceArgs.
+	DType reduce.DType
+	Typed bool
+	// Detail is the caller's description of its tensors (their shapes,
+	// with TORCH_DISTRIBUTED_DEBUG=DETAIL): ranks whose descriptions
+	// differ fail with a desync error, which shows this rank's.
+	Detail string
 }
 
 // ReduceArgs describes the data of a reducing collective.
@@ -50,6 +61,27 @@ func (a ReduceArgs) spec(op string, bufs ...[]byte) (reduceSpec, error) {
 		}
 	}
 	return s, nil
+}
+
+// call is the fingerprint of an op whose n bytes per rank are of a.DType.
+func (a ReduceArgs) call(op transport.OpCode, n int) transport.Call {
+	return transport.Call{Stamp: transport.Stamp{Op: op, DType: uint8(a.DType), RedOp: uint8(a.Op), Root: -1,
+		Count: uint64(n / a.DType.Size())}}
+}
+
+// call is the fingerprint of an op of n bytes per rank, of o.DType if o
+// is Typed (and they divide into its elements).
+func (o Opts) call(op transport.OpCode, n int) transport.Call {
+	st := transport.Stamp{Op: op, DType: transport.NoDType, RedOp: transport.NoRedOp, Root: -1, Count: uint64(n)}
+	if es := o.DType.Size(); o.Typed && es > 0 && n%es == 0 {
+		st.DType, st.Count = uint8(o.DType), uint64(n/es)
+	}
+	return transport.Call{Stamp: st}
+}
+
+// noData is the fingerprint of an op without buffers.
+func noData(op transport.OpCode) transport.Call {
+	return transport.Call{Stamp: transport.Stamp{Op: op, DType: transport.NoDType, RedOp: transport.NoRedOp, Root: -1}}
 }
 
 func (pg *ProcessGroup) checkRoot(op string, root int) error {
@@ -80,7 +112,8 @@ func (pg *ProcessGroup) AllReduce(buf []byte, a ReduceArgs, o Opts) (*Work, erro
 	if err != nil {
 		return nil, err
 	}
-	return pg.submit("allreduce", o, func(c *comm) error { return allReduce(c, buf, s) }), nil
+	call := a.call(transport.OpAllReduce, len(buf))
+	return pg.submit("allreduce", o, call, func(c *comm) error { return allReduce(c, buf, s) }), nil
 }
 
 // Broadcast copies root's buf into every rank's buf.
@@ -88,7 +121,9 @@ func (pg *ProcessGroup) Broadcast(buf []byte, root int, o Opts) (*Work, error) {
 	if err := pg.checkRoot("broadcast", root); err != nil {
 		return nil, err
 	}
-	return pg.submit("broadcast", o, func(c *comm) error { return broadcast(c, buf, root) }), nil
+	call := o.call(transport.OpBroadcast, len(buf))
+	call.Root = int32(root)
+	return pg.submit("broadcast", o, call, func(c *comm) error { return broadcast(c, buf, root) }), nil
 }
 
 // Reduce reduces every rank's buf into root's buf.
@@ -100,7 +135,9 @@ func (pg *ProcessGroup) Reduce(buf []byte, root int, a ReduceArgs, o Opts) (*Wor
 	if err != nil {
 		return nil, err
 	}
-	return pg.submit("reduce", o, func(c *comm) error { return reduceRooted(c, buf, root, s) }), nil
+	call := a.call(transport.OpReduce, len(buf))
+	call.Root = int32(root)
+	return pg.submit("reduce", o, call, func(c *comm) error { return reduceRooted(c, buf, root, s) }), nil
 }
 
 // AllGather copies every rank's in into outs[rank] on every rank.
@@ -108,7 +145,7 @@ func (pg *ProcessGroup) AllGather(in []byte, outs [][]byte, o Opts) (*Work, erro
 	if err := pg.checkList("allgather", "output list", outs, len(in)); err != nil {
 		return nil, err
 	}
-	return pg.submit("allgather", o, func(c *comm) error { return allGather(c, in, outs) }), nil
+	return pg.submit("allgather", o, o.call(transport.OpAllGather, len(in)), func(c *comm) error { return allGather(c, in, outs) }), nil
 }
 
 // ReduceScatter leaves the reduction of every rank's ins[rank] in out.
@@ -120,7 +157,7 @@ func (pg *ProcessGroup) ReduceScatter(ins [][]byte, out []byte, a ReduceArgs, o 
 	if err != nil {
 		return nil, err
 	}
-	return pg.submit("reduce_scatter", o, func(c *comm) error { return reduceScatter(c, ins, out, s) }), nil
+	return pg.submit("reduce_scatter", o, a.call(transport.OpReduceScatter, len(out)), func(c *comm) error { return reduceScatter(c, ins, out, s) }), nil
 }
 
 // Gather collects every rank's in into root's outs (outs is ignored
@@ -134,7 +171,9 @@ func (pg *ProcessGroup) Gather(in []byte, outs [][]byte, root int, o Opts) (*Wor
 			return nil, err
 		}
 	}
-	return pg.submit("gather", o, func(c *comm) error { return gatherRooted(c, in, outs, root) }), nil
+	call := o.call(transport.OpGather, len(in))
+	call.Root = int32(root)
+	return pg.submit("gather", o, call, func(c *comm) error { return gatherRooted(c, in, outs, root) }), nil
 }
 
 // Scatter sends root's ins[i] to rank i's out (ins is ignored elsewhere).
@@ -147,7 +186,9 @@ func (pg *ProcessGroup) Scatter(ins [][]byte, out []byte, root int, o Opts) (*Wo
 			return nil, err
 		}
 	}
-	return pg.submit("scatter", o, func(c *comm) error { return scatterRooted(c, ins, out, root) }), nil
+	call := o.call(transport.OpScatter, len(out))
+	call.Root = int32(root)
+	return pg.submit("scatter", o, call, func(c *comm) error { return scatterRooted(c, ins, out, root) }), nil
 }
 
 // AllToAll sends ins[j] to rank j's outs[rank]; blocks may differ in size
@@ -162,12 +203,17 @@ func (pg *ProcessGroup) AllToAll(ins, outs [][]byte, o Opts) (*Work, error) {
 	if len(ins[pg.cfg.Rank]) != len(outs[pg.cfg.Rank]) {
 		return nil, invalidf("alltoall: this rank sends itself %d bytes but expects %d", len(ins[pg.cfg.Rank]), len(outs[pg.cfg.Rank]))
 	}
-	return pg.submit("alltoall", o, func(c *comm) error { return allToAll(c, ins, outs) }), nil
+	call := o.call(transport.OpAllToAll, 0)
+	call.Count, call.Ins, call.Outs, call.Elem = 0, ins, outs, 1
+	if call.DType != transport.NoDType {
+		call.Elem = o.DType.Size()
+	}
+	return pg.submit("alltoall", o, call, func(c *comm) error { return allToAll(c, ins, outs) }), nil
 }
 
 // Barrier completes once every rank has entered it.
 func (pg *ProcessGroup) Barrier(o Opts) (*Work, error) {
-	return pg.submit("barrier", o, barrier), nil
+	return pg.submit("barrier", o, noData(transport.OpBarrier), barrier), nil
 }
 
 // Send sends buf to peer under a user tag. It bypasses the collective queue;

@@ -62,10 +62,14 @@ type ProcessGroup struct {
 	cancel  context.CancelCauseFunc
 	ctlDone chan struct{}
 
-	mu        sync.Mutex
-	broken    error                // first fatal error; guarded by mu
-	closed    bool                 // guarded by mu
-	farewells map[int]farewellNote // peers' farewells read so far; guarded by mu
+	tracker transport.Tracker // tr's desync checks, if it has them
+
+	mu          sync.Mutex
+	desync      *transport.DesyncError // the first desync learned of; guarded by mu
+	desyncShown bool                   // a collective failed with desync; guarded by mu
+	broken      error                  // first fatal error; guarded by mu
+	closed      bool                   // guarded by mu
+	farewells   map[int]farewellNote   // peers' farewells read so far; guarded by mu
 
 	dev *devicePath // device memory (CUDA tensors); nil for groups made without backends
 
@@ -79,6 +83,9 @@ type task struct {
 	run     func(c *comm) error
 	at      time.Time // submission of a deferrable op (executor.runQueued)
 	started time.Time
+	call    transport.Call // the op's fingerprint, in its context (transport.CallOf)
+	detail  string         // the caller's description of its tensors (Opts.Detail)
+	ctx     *opContext     // set before the task is stored in pg.running
 }
 
 // NewWithTransport builds a connected group over an existing transport
@@ -108,6 +115,10 @@ func newPG(cfg Config) *ProcessGroup {
 
 func (pg *ProcessGroup) start(tr transport.Transport) {
 	pg.tr = tr
+	if tk, ok := tr.(transport.Tracker); ok {
+		pg.tracker = tk
+		tk.SetOnDesync(func(de *transport.DesyncError) { pg.desynced(de, true) })
+	}
 	go pg.controlLoop()
 }
 
@@ -176,6 +187,16 @@ func safeRun(run func(*comm) error, c *comm) (err error) {
 // and the peer at fault; on a timeout it asks the peers how far they got,
 // to name the ranks that never joined. Transport failures break the group.
 func (pg *ProcessGroup) opError(t *task, err error) error {
+	if de := desyncOf(err); de != nil {
+		pg.desynced(de, true) // found here (by the arena): the peers may not know
+	}
+	pg.mu.Lock()
+	de := pg.desync
+	pg.desyncShown = pg.desyncShown || de != nil
+	pg.mu.Unlock()
+	if de != nil {
+		return pg.desyncOpError(t.w.Op, t.w.Seq, de, t.detail)
+	}
 	oe := &OpError{Op: t.w.Op, Seq: t.w.Seq, Group: pg.cfg.Group, Peer: -1, Err: err}
 	var pe *transport.PeerError
 	if errors.As(err, &pe) {

@@ -18,13 +18,14 @@ import (
 // A reader delivers one message at a time per source; a Delivery value can
 // be reused once it has ended.
 type Delivery struct {
-	mb  *Mailbox
-	src int
-	tag Tag
-	n   int
-	r   *Recv  // the posted receive it goes into, or nil: kept until posted
-	buf []byte // where the payload goes; nil when it is discarded or parted
-	err error  // the claimed receive's outcome when the sizes differ
+	mb   *Mailbox
+	src  int
+	tag  Tag
+	n    int
+	r    *Recv  // the posted receive it goes into, or nil: kept until posted
+	buf  []byte // where the payload goes; nil when it is discarded or parted
+	err  error  // the claimed receive's outcome when the sizes differ
+	drop bool   // the payload is read and dropped (BeginStamped)
 
 	// A large message with no receive yet is kept in parts of partSize,
 	// taken as its bytes come: most are adopted by a receive posted soon
@@ -62,8 +63,36 @@ const partSize = 1 << 20
 // must be read and dropped, and Finish fails the receive. Otherwise the
 // mailbox keeps the message until a receive is posted.
 func (mb *Mailbox) Begin(d *Delivery, src int, tag Tag, n int) {
+	mb.BeginStamped(d, src, tag, n, Stamp{})
+}
+
+// BeginStamped is Begin for a message stamped st by its sender (the zero
+// Stamp: none). A message whose stamp shows that its sender runs another
+// collective than this rank is dropped (its Windows are nil and Finish
+// does nothing): receives of collective tags fail with the DesyncError,
+// which goes to the function set with SetOnDesync.
+func (mb *Mailbox) BeginStamped(d *Delivery, src int, tag Tag, n int, st Stamp) {
 	*d = Delivery{mb: mb, src: src, tag: tag, n: n}
 	mb.mu.Lock()
+	if st.Op != OpNone || mb.collErr != nil {
+		if drop, de := mb.arrival(src, tag, st); drop {
+			d.drop = true
+			if de == nil {
+				mb.mu.Unlock()
+				return
+			}
+			failed, hooks := mb.failColl(de)
+			f := mb.onDesync
+			mb.mu.Unlock()
+			for i, r := range failed {
+				runHook(hooks[i], r)
+			}
+			if f != nil {
+				f(de)
+			}
+			return
+		}
+	}
 	r := mb.matchPosted(src, tag)
 	if r != nil {
 		r.state = stateClaimed
@@ -161,6 +190,10 @@ func (d *Delivery) Len() int { return d.n }
 // dropped).
 func (d *Delivery) Finish() {
 	mb := d.mb
+	if d.drop {
+		*d = Delivery{}
+		return
+	}
 	if d.r == nil && atomic.LoadUint32(&d.adopt) != 0 {
 		d.sync(d.n)
 	}
@@ -290,8 +323,14 @@ func (d *Delivery) Active() bool { return d.mb != nil }
 // order. It returns an error only if reading rd failed, after which the
 // stream is unusable.
 func (mb *Mailbox) Deliver(src int, tag Tag, n int, rd io.Reader) error {
+	return mb.DeliverStamped(src, tag, n, Stamp{}, rd)
+}
+
+// DeliverStamped is Deliver for a message stamped st by its sender (see
+// BeginStamped).
+func (mb *Mailbox) DeliverStamped(src int, tag Tag, n int, st Stamp, rd io.Reader) error {
 	var d Delivery
-	mb.Begin(&d, src, tag, n)
+	mb.BeginStamped(&d, src, tag, n, st)
 	var err error
 	for got := 0; got < n && err == nil; {
 		w := d.Window(got)

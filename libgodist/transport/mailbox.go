@@ -29,6 +29,13 @@ type Mailbox struct {
 	peerErr    []error
 	err        error
 
+	// Desync checks (desync.go), guarded by mu.
+	call, prevCall *Call     // the collective this rank runs (Track), and the one before
+	early          [][]Stamp // by source: stamps of messages for collectives not started here
+	nEarly         int       // stamps in early
+	collErr        error     // fails receives of collective tags (FailCollectives)
+	onDesync       func(*DesyncError)
+
 	onStuck func(peer int) // guarded by mu; see SetOnStuck
 	helper  Helper         // guarded by mu; see SetHelper
 
@@ -121,6 +128,7 @@ func NewMailbox(size int) *Mailbox {
 		unexpected: map[key][]message{},
 		inflight:   map[int]*Delivery{},
 		peerErr:    make([]error, size),
+		early:      make([][]Stamp, size),
 	}
 }
 
@@ -322,6 +330,12 @@ func (mb *Mailbox) post(peer int, tag Tag, buf []byte, f *Fold) *Recv {
 	if peer != AnySource && (peer < 0 || peer >= mb.size) {
 		hook := mb.complete(r, peer, &PeerError{Op: "recv", Peer: peer,
 			Err: fmt.Errorf("rank %d is out of range for a group of %d", peer, mb.size)})
+		mb.mu.Unlock()
+		runHook(hook, r)
+		return r
+	}
+	if mb.collErr != nil && tag.Collective() {
+		hook := mb.complete(r, peer, &PeerError{Op: "recv", Peer: peer, Err: mb.collErr})
 		mb.mu.Unlock()
 		runHook(hook, r)
 		return r

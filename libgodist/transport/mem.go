@@ -50,6 +50,8 @@ type memTransport struct {
 	rank int
 }
 
+var _ Tracker = (*memTransport)(nil)
+
 func (t *memTransport) Rank() int { return t.rank }
 func (t *memTransport) Size() int { return len(t.net.boxes) }
 
@@ -78,8 +80,15 @@ func (t *memTransport) Send(ctx context.Context, peer int, tag Tag, data []byte)
 	if ctx.Err() != nil {
 		return &PeerError{Op: "send", Peer: peer, Err: ctxErr(ctx)}
 	}
-	return t.net.boxes[peer].Deliver(t.rank, tag, len(data), bytes.NewReader(data))
+	return t.net.boxes[peer].DeliverStamped(t.rank, tag, len(data), StampFor(ctx, peer, tag), bytes.NewReader(data))
 }
+
+// Track and SetOnDesync act on this rank's mailbox (Tracker).
+func (t *memTransport) Track(c *Call) *DesyncError { return t.net.boxes[t.rank].Track(c) }
+
+func (t *memTransport) SetOnDesync(f func(*DesyncError)) { t.net.boxes[t.rank].SetOnDesync(f) }
+
+func (t *memTransport) FailCollectives(err error) { t.net.boxes[t.rank].FailCollectives(err) }
 
 func (t *memTransport) PostRecv(peer int, tag Tag, buf []byte) *Recv {
 	return t.net.boxes[t.rank].Post(peer, tag, buf)
