@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/assemble"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -61,7 +62,13 @@ func allToAllOf(send func(r, to int) int) call {
 func runDesync(t *testing.T, n int, usual, odd call, next bool) ([]error, []time.Duration) {
 	t.Helper()
 	pgs, _ := group(t, n, 30*time.Second)
-	took := make([]time.Duration, n)
+	return runDesyncOn(t, pgs, usual, odd, next)
+}
+
+// runDesyncOn is runDesync on the ranks pgs.
+func runDesyncOn(t *testing.T, pgs []*ProcessGroup, usual, odd call, next bool) ([]error, []time.Duration) {
+	t.Helper()
+	took := make([]time.Duration, len(pgs))
 	errs := onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
 		f := usual
 		if r == 1 {
@@ -208,4 +215,47 @@ func TestDesyncNoticeIgnoresStrangers(t *testing.T) {
 	requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
 		return pg.AllReduce(make([]byte, 8), f32, Opts{})
 	}))
+}
+
+// TestDesyncOverBackends: the same checks over loopback TCP and over the
+// shared-memory arena (its collectives, and the reduce and gather that go
+// through its point-to-point rings), at 2 and 3 ranks.
+func TestDesyncOverBackends(t *testing.T) {
+	reduceTo := func(_ int, pg *ProcessGroup) (*Work, error) {
+		return pg.Reduce(make([]byte, 32), 0, f32, Opts{})
+	}
+	gatherTo := func(_ int, pg *ProcessGroup) (*Work, error) {
+		return pg.Gather(make([]byte, 32), nil, 0, Opts{Typed: true, DType: reduce.Float32})
+	}
+	cases := []struct {
+		name       string
+		usual, odd call
+		next       bool
+	}{
+		{"op", allReduceOf(1024, f32), broadcastOf(1024, reduce.Float32, 0), false},
+		{"count", allReduceOf(1024, f32), allReduceOf(2048, f32), false},
+		{"dtype", allReduceOf(1024, f32), allReduceOf(1024, ReduceArgs{DType: reduce.Int32, Op: reduce.Sum}), false},
+		{"reduce op", allReduceOf(8, f32), allReduceOf(8, ReduceArgs{DType: reduce.Float32, Op: reduce.Max}), false},
+		{"root", broadcastOf(16, reduce.Float32, 0), broadcastOf(16, reduce.Float32, 1), true},
+		{"all_gather dtype", allGatherOf(16, reduce.Float32), allGatherOf(16, reduce.Int32), false},
+		{"reduce vs gather", reduceTo, gatherTo, true},
+		{"all_reduce vs reduce", allReduceOf(8, f32), reduceTo, true},
+	}
+	for _, tr := range []string{assemble.TransportTCP, assemble.TransportAuto} {
+		for _, tc := range cases {
+			for _, n := range []int{2, 3} {
+				t.Run(fmt.Sprintf("%s/%s/P%d", map[string]string{"": "shm", "tcp": "tcp"}[tr], tc.name, n), func(t *testing.T) {
+					pgs := connectGroup(t, n, tr, nil)
+					for _, pg := range pgs {
+						pg.cfg.Timeout = 30 * time.Second
+					}
+					errs, took := runDesyncOn(t, pgs, tc.usual, tc.odd, tc.next)
+					for r, err := range errs {
+						require.ErrorIs(t, err, ErrDesync, "rank %d", r)
+						require.Less(t, took[r], 2*time.Second, "rank %d", r)
+					}
+				})
+			}
+		}
+	}
 }

@@ -41,7 +41,10 @@ type router struct {
 	local []int // group rank -> local rank in the arena, or -1
 }
 
-var _ transport.Transport = (*router)(nil)
+var (
+	_ transport.Transport = (*router)(nil)
+	_ transport.Tracker   = (*router)(nil)
+)
 
 // newRouter attaches the arena to u's mailbox and returns the transport.
 func newRouter(u Underlay, a *Arena) (*router, error) {
@@ -135,6 +138,16 @@ func (rt *router) PostRecv(peer int, tag transport.Tag, buf []byte) *transport.R
 func (rt *router) PostFold(peer int, tag transport.Tag, buf []byte, f transport.Fold) *transport.Recv {
 	return rt.under.PostFold(peer, tag, buf, f)
 }
+
+// Track, SetOnDesync and FailCollectives act on the shared mailbox
+// (transport.Tracker), through which both paths deliver.
+func (rt *router) Track(c *transport.Call) *transport.DesyncError {
+	return rt.under.Mailbox().Track(c)
+}
+
+func (rt *router) SetOnDesync(f func(*transport.DesyncError)) { rt.under.Mailbox().SetOnDesync(f) }
+
+func (rt *router) FailCollectives(err error) { rt.under.Mailbox().FailCollectives(err) }
 
 func (rt *router) Close() error    { return rt.under.Close() }
 func (rt *router) Abort(err error) { rt.under.Abort(err) }

@@ -14,14 +14,18 @@ import (
 //	0      1    magic 'G' (0x47)
 //	1      1    frame version (2)
 //	2      1    kind: 1 data, 2 goodbye
-//	3      5    reserved, zero
+//	3      5    stamp bytes 0 to 4 (op, dtype, reduce op, zero, zero)
 //	8      8    tag, little endian
 //	16     8    payload length in bytes, little endian
-//	24     40   reserved, zero
+//	24     40   stamp bytes 8 to 47 (root, detail, count, seq, send, recv)
 //
 // followed by the payload and zero padding to a multiple of frameAlign. A
 // goodbye frame has no payload; it tells the peer that this side is
-// shutting the group down on purpose.
+// shutting the group down on purpose. The stamp (transport.Stamp, in its
+// encoding, which has zeros at bytes 3 to 7) is the fingerprint of the
+// collective that sent a data frame of a collective tag; it is zero on
+// other frames (and was reserved, zero, before stamps: a reader that
+// ignores it, or a writer that leaves it zero, still interoperates).
 const (
 	headerSize   = 64
 	frameMagic   = 0x47
@@ -49,14 +53,32 @@ type header struct {
 	kind byte
 	tag  transport.Tag
 	n    uint64
+	st   transport.Stamp // data frames of collective tags; zero otherwise
 }
 
 func putHeader(b *[headerSize]byte, h header) {
 	b[0], b[1], b[2] = frameMagic, frameVersion, h.kind
-	b[3], b[4], b[5], b[6], b[7] = 0, 0, 0, 0, 0
+	if h.st.Op == transport.OpNone {
+		b[3], b[4], b[5], b[6], b[7] = 0, 0, 0, 0, 0
+		binary.LittleEndian.PutUint64(b[8:], uint64(h.tag))
+		binary.LittleEndian.PutUint64(b[16:], h.n)
+		clear(b[24:])
+		return
+	}
+	var st [transport.StampSize]byte
+	h.st.Put(st[:])
+	copy(b[3:8], st[:5])
 	binary.LittleEndian.PutUint64(b[8:], uint64(h.tag))
 	binary.LittleEndian.PutUint64(b[16:], h.n)
-	clear(b[24:])
+	copy(b[24:], st[8:])
+}
+
+// stampOf decodes the stamp of header b; any bytes are some stamp.
+func stampOf(b *[headerSize]byte) transport.Stamp {
+	var st [transport.StampSize]byte
+	copy(st[:5], b[3:8])
+	copy(st[8:], b[24:])
+	return transport.ParseStamp(st[:])
 }
 
 func parseHeader(b *[headerSize]byte) (header, error) {
@@ -71,6 +93,9 @@ func parseHeader(b *[headerSize]byte) (header, error) {
 	case kindData:
 		if h.n > maxPayload {
 			return header{}, fmt.Errorf("%w: payload length %d", errCorrupt, h.n)
+		}
+		if b[3] != 0 && h.tag.Collective() {
+			h.st = stampOf(b)
 		}
 	case kindGoodbye:
 		if h.n != 0 {

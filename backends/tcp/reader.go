@@ -137,7 +137,7 @@ func (rd *reader) header(t *Transport, p *peer) error {
 			t.mb.FailPeer(p.rank, transport.ErrPeerGone)
 		}
 	case kindData:
-		t.mb.Begin(&rd.d, p.rank, h.tag, int(h.n))
+		t.mb.BeginStamped(&rd.d, p.rank, h.tag, int(h.n), h.st)
 		rd.inFrame, rd.got = true, 0
 	}
 	return nil

@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -248,6 +249,8 @@ func FuzzParseHeader(f *testing.F) {
 	putHeader(&b, header{kind: kindData, tag: 1, n: 10})
 	f.Add(b[:])
 	f.Add(make([]byte, headerSize))
+	putHeader(&b, header{kind: kindData, tag: transport.CollTag(7, 1), n: 4096, st: sampleStamp()})
+	f.Add(b[:])
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var hb [headerSize]byte
 		copy(hb[:], in)
@@ -255,7 +258,68 @@ func FuzzParseHeader(f *testing.F) {
 		if err == nil && h.n > maxPayload {
 			t.Fatalf("accepted oversized payload %d", h.n)
 		}
+		if err != nil {
+			return
+		}
+		// What parses re-encodes to the same header.
+		var again [headerSize]byte
+		putHeader(&again, h)
+		h2, err := parseHeader(&again)
+		if err != nil || h2 != h {
+			t.Fatalf("re-encoded %+v parses as %+v, %v", h, h2, err)
+		}
 	})
+}
+
+func sampleStamp() transport.Stamp {
+	return transport.Stamp{Seq: 7, Op: transport.OpAllReduce, DType: 2, RedOp: 0, Root: -1, Count: 1024, Detail: 0xabcd}
+}
+
+// TestHeaderStamp: a collective's data frame carries its stamp; other
+// frames carry none, whatever their reserved bytes hold.
+func TestHeaderStamp(t *testing.T) {
+	var b [headerSize]byte
+	st := sampleStamp()
+	st.Send, st.Recv = 3, math.MaxUint64
+	for _, tag := range []transport.Tag{transport.CollTag(7, 3), transport.OffloadTag(9, 0)} {
+		putHeader(&b, header{kind: kindData, tag: tag, n: 64, st: st})
+		h, err := parseHeader(&b)
+		require.NoError(t, err)
+		require.Equal(t, header{kind: kindData, tag: tag, n: 64, st: st}, h)
+	}
+	putHeader(&b, header{kind: kindData, tag: transport.P2PTag(5), n: 8, st: st})
+	h, err := parseHeader(&b)
+	require.NoError(t, err)
+	require.Equal(t, transport.Stamp{}, h.st, "a point-to-point frame has no stamp")
+	putHeader(&b, header{kind: kindData, tag: transport.CollTag(7, 3), n: 8})
+	require.Equal(t, make([]byte, 5), b[3:8])
+	require.Equal(t, make([]byte, 40), b[24:])
+}
+
+// TestDesyncOverTCP: a rank that runs another collective than the sender
+// of a message fails its receive with a DesyncError naming both calls,
+// and hears of it through SetOnDesync.
+func TestDesyncOverTCP(t *testing.T) {
+	trs := connectLoopback(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mine := &transport.Call{Stamp: sampleStamp(), Rank: 1}
+	theirs := &transport.Call{Stamp: sampleStamp(), Rank: 0}
+	theirs.Op, theirs.Root, theirs.RedOp = transport.OpBroadcast, 0, transport.NoRedOp
+	got := make(chan *transport.DesyncError, 1)
+	trs[1].SetOnDesync(func(de *transport.DesyncError) { got <- de })
+	require.Nil(t, trs[1].Track(mine))
+	r := trs[1].PostRecv(0, transport.CollTag(7, 0), make([]byte, 4096))
+	require.NoError(t, trs[0].Send(transport.WithCall(ctx, theirs), 1, transport.CollTag(7, 2), make([]byte, 4096)))
+	err := r.Wait(ctx)
+	var de *transport.DesyncError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, "rank 1 called all_reduce(float32[1024], SUM) where rank 0 called broadcast(float32[1024], root=0)", de.Error())
+	require.Equal(t, de, <-got)
+	// Point-to-point traffic still flows.
+	p := trs[1].PostRecv(0, transport.P2PTag(1), make([]byte, 8))
+	require.NoError(t, trs[0].Send(ctx, 1, transport.P2PTag(1), make([]byte, 8)))
+	require.NoError(t, p.Wait(ctx))
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -31,7 +31,10 @@ type Transport struct {
 	roomWaits atomic.Int32                   // sends waiting for room (waitRoom)
 }
 
-var _ transport.Transport = (*Transport)(nil)
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Tracker   = (*Transport)(nil)
+)
 
 // goodbyeWait bounds how long Close waits for peers to acknowledge.
 var goodbyeWait = 2 * time.Second
@@ -273,11 +276,12 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, data 
 	if peer < 0 || peer >= t.size {
 		return &transport.PeerError{Op: "send", Peer: peer, Err: fmt.Errorf("rank %d is out of range for a group of %d", peer, t.size)}
 	}
+	st := transport.StampFor(ctx, peer, tag)
 	if peer == t.rank {
 		if err := t.mb.Err(); err != nil {
 			return &transport.PeerError{Op: "send", Peer: peer, Err: err}
 		}
-		return t.mb.Deliver(t.rank, tag, len(data), bytes.NewReader(data))
+		return t.mb.DeliverStamped(t.rank, tag, len(data), st, bytes.NewReader(data))
 	}
 	p := t.peers[peer]
 	if t.closing.Load() {
@@ -289,7 +293,7 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, data 
 	if err := t.mb.PeerErr(peer); err != nil {
 		return &transport.PeerError{Op: "send", Peer: peer, Err: err}
 	}
-	if err := p.send(ctx, header{kind: kindData, tag: tag, n: uint64(len(data))}, data, t.waitRoom); err != nil {
+	if err := p.send(ctx, header{kind: kindData, tag: tag, n: uint64(len(data)), st: st}, data, t.waitRoom); err != nil {
 		// A partial frame may have been written: the stream is unusable.
 		perr := &transport.PeerError{Op: "send", Peer: peer, Err: describe(err)}
 		t.Abort(perr)
@@ -297,6 +301,14 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, data 
 	}
 	return nil
 }
+
+// Track, SetOnDesync and FailCollectives act on the mailbox (desync
+// checks, transport.Tracker).
+func (t *Transport) Track(c *transport.Call) *transport.DesyncError { return t.mb.Track(c) }
+
+func (t *Transport) SetOnDesync(f func(*transport.DesyncError)) { t.mb.SetOnDesync(f) }
+
+func (t *Transport) FailCollectives(err error) { t.mb.FailCollectives(err) }
 
 // PostRecv posts a receive.
 func (t *Transport) PostRecv(peer int, tag transport.Tag, buf []byte) *transport.Recv {
