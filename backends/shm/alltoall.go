@@ -15,8 +15,11 @@ import (
 // overlap any ins[r], except outs[rank] being ins[rank].
 //
 // Protocol: every rank's data slot half holds a table of the sizes it
-// sends and of their addresses (2*Size u64, rounded up to a cache line)
-// followed by Size regions of per bytes. Step s0 carries the tables and the first per bytes of every
+// sends, of their addresses and of the sizes it expects (3*Size u64,
+// rounded up to a cache line) followed by Size regions of per bytes. (A
+// collective with a fingerprint in its context checks the whole table:
+// a pair of ranks that disagree on a block fails every rank with a
+// transport.DesyncError, and the arena is broken.) Step s0 carries the tables and the first per bytes of every
 // block; after every peer's step s0 each rank knows the largest block in
 // the group and so the number of rounds, ceil(max/per). In round i every
 // rank copies bytes [i*per, (i+1)*per) of each ins[q] into region q,
@@ -57,7 +60,7 @@ func (a *Arena) AllToAll(ctx context.Context, ins, outs [][]byte) error {
 func (a *Arena) allToAll(c *opCtx, ins, outs [][]byte) error {
 	me, P := a.rank, a.size
 	d := desc{kind: kindAllToAll}
-	tbl := alignUp(16*P, lineSize)
+	tbl := alignUp(24*P, lineSize)
 	per := (a.lay.chunk - tbl) / P
 	if per >= lineSize {
 		per = per / lineSize * lineSize
@@ -68,6 +71,7 @@ func (a *Arena) allToAll(c *opCtx, ins, outs [][]byte) error {
 			if i == 0 {
 				*(*uint64)(a.ptr(base + 8*q)) = uint64(len(ins[q]))
 				*(*uint64)(a.ptr(base + 8*(P+q))) = addrOf(ins[q])
+				*(*uint64)(a.ptr(base + 8*(2*P+q))) = uint64(len(outs[q]))
 			}
 			if lo := i * per; q != me && lo < len(ins[q]) {
 				hi := min(len(ins[q]), lo+per)
@@ -83,6 +87,9 @@ func (a *Arena) allToAll(c *opCtx, ins, outs [][]byte) error {
 	a.pubA(s0, d)
 	if err := a.gatherA(c, s0, d, false); err != nil {
 		return err // only a desync can differ here
+	}
+	if de := a.allToAllDiff(s0); de != nil {
+		return &transport.PeerError{Op: c.op, Peer: de.Peer, Err: fmt.Errorf("%w: %w", ErrDesync, de)}
 	}
 	maxBlk := 0
 	for q, in := range ins {
@@ -158,4 +165,29 @@ func (a *Arena) allToAll(c *opCtx, ins, outs [][]byte) error {
 	}
 	a.step = s0 + uint64(rounds)
 	return mismatch
+}
+
+// allToAllDiff checks the tables of step s0 of a collective with a
+// fingerprint: the first pair (in the same order on every rank) whose
+// sender's block size differs from what the receiver expects is a desync.
+// Called with opMu held.
+func (a *Arena) allToAllDiff(s0 uint64) *transport.DesyncError {
+	if a.opCall == nil {
+		return nil
+	}
+	P := a.size
+	at := func(q, i int) uint64 { return *(*uint64)(a.ptr(a.lay.buf(q, s0) + 8*i)) }
+	e := uint64(max(a.opCall.Elem, 1))
+	for q := 0; q < P; q++ {
+		for r := 0; r < P; r++ {
+			if q == r || at(q, r) == at(r, 2*P+q) {
+				continue
+			}
+			mine, theirs := a.opCall.Stamp, a.opCall.Stamp
+			mine.Send, mine.Recv = at(r, q)/e, at(r, 2*P+q)/e
+			theirs.Send, theirs.Recv = at(q, r)/e, at(q, 2*P+r)/e
+			return &transport.DesyncError{Rank: a.globalRank(r), Peer: a.globalRank(q), Mine: mine, Theirs: theirs}
+		}
+	}
+	return nil
 }

@@ -45,6 +45,11 @@ type Arena struct {
 	seenD   []uint64   // last D value seen per rank; guarded by opMu
 	broken  error      // first fatal error of a collective; guarded by opMu
 	scratch []bool     // reused by AllToAll; guarded by opMu
+	// opCall is the running collective's fingerprint, from its context
+	// (desync.go); guarded by opMu.
+	opCall *transport.Call
+	opPrev uint64    // the hash of the collective before opCall; guarded by opMu
+	calls  callState // the collectives this rank runs (SetCall)
 	// dacc and dtmp are the scratch of single-copy reductions; guarded by
 	// opMu.
 	dacc, dtmp []byte

@@ -53,6 +53,8 @@ type desc struct {
 	kind opKind
 	arg  uint32
 	n    uint64
+	st   transport.Stamp // a peer's: its collective's fingerprint (waitA)
+	prev uint64          // a peer's: the hash of its collective before
 }
 
 func (d desc) String() string {
@@ -79,6 +81,11 @@ func (a *Arena) begin(ctx context.Context, op string) (opCtx, error) {
 		a.exit()
 		return opCtx{}, err
 	}
+	a.opCall = transport.CallOf(ctx)
+	a.opPrev = 0
+	if a.opCall != nil {
+		a.opPrev = a.calls.prevHash.Load()
+	}
 	return newOpCtx(ctx, op), nil
 }
 
@@ -100,6 +107,7 @@ func (a *Arena) end(err error) error {
 			}
 		}
 	}
+	a.opCall = nil
 	a.opMu.Unlock()
 	a.exit()
 	return err
@@ -112,6 +120,7 @@ func (a *Arena) pubA(s uint64, d desc) {
 	*(*uint32)(a.ptr(off + bKind)) = uint32(d.kind)
 	*(*uint32)(a.ptr(off + bArg)) = d.arg
 	*(*uint64)(a.ptr(off + bN)) = d.n
+	a.putStamp(off)
 	a.u64(off + bSeq).Store(s)
 	if a.sleepers(a.rank, sleepBlk0+int(s&1)).Load() != 0 {
 		futexWake(a.low(off + bSeq))
@@ -145,8 +154,10 @@ func (a *Arena) waitA(c *opCtx, q int, s uint64) (desc, error) {
 		return desc{}, &transport.PeerError{Op: c.op, Peer: a.globalRank(q),
 			Err: fmt.Errorf("%w: local rank %d published step %d where this rank expects step %d", ErrDesync, q, v, s)}
 	}
-	return desc{kind: opKind(*(*uint32)(a.ptr(off + bKind))), arg: *(*uint32)(a.ptr(off + bArg)),
-		n: *(*uint64)(a.ptr(off + bN))}, nil
+	d := desc{kind: opKind(*(*uint32)(a.ptr(off + bKind))), arg: *(*uint32)(a.ptr(off + bArg)),
+		n: *(*uint64)(a.ptr(off + bN))}
+	d.st, d.prev = a.getStamp(off)
+	return d, nil
 }
 
 // waitR waits until local rank q has published its reduced share of step s.
@@ -176,11 +187,16 @@ func (a *Arena) waitFree(c *opCtx, s uint64) error {
 	return nil
 }
 
-// match compares a peer's descriptor with this rank's. A different kind or
-// root is a desync; a different size is an ErrSizeMismatch that every rank
-// detects at the same step (first says whether this is the operation's
-// first step; later it can only be a desync).
+// match compares a peer's descriptor with this rank's. Different
+// fingerprints (desync.go), kinds or roots are a desync; a different size
+// alone is an ErrSizeMismatch that every rank detects at the same step
+// (first says whether this is the operation's first step; later it can
+// only be a desync).
 func (a *Arena) match(c *opCtx, q int, got, want desc, first bool) error {
+	if de := a.stampDiff(q, got.st, got.prev); de != nil {
+		return a.desyncErr(c.op, q, de)
+	}
+	got.st, got.prev = want.st, want.prev
 	if got == want {
 		return nil
 	}

@@ -31,8 +31,10 @@
 // transport.ErrTimeout (deadline), ErrPeerGone (the peer closed),
 // ErrConnLost (the peer's process died or it aborted), ErrSizeMismatch
 // (every rank reports it; the arena stays usable) or ErrDesync (ranks run
-// different operations); transport.ErrClosed after Close; ErrInvalid for
-// bad arguments; ErrBroken for collectives after a fatal error.
+// different operations; with a *transport.DesyncError naming both calls
+// when the collectives' contexts carry the engine's fingerprints,
+// desync.go); transport.ErrClosed after Close; ErrInvalid for bad
+// arguments; ErrBroken for collectives after a fatal error.
 //
 // # Arena layout
 //
@@ -56,9 +58,13 @@
 //	  192  u32 x4 sleeper counts for block 0, block 1, D, R (written by waiters)
 //	  256  step block, parity 0 (320 bytes):
 //	         u64 seq (= A, the step published), u32 op kind, u32 arg, u64 n,
+//	         the collective's fingerprint (u32 op|dtype|reduce op, i32 root,
+//	         u32 detail, pad, u64 count, u64 seq), u64 hash of the one before,
 //	         then at +64 InlineSize (256) bytes of inline payload
 //	  576  step block, parity 1
 //	  896  u32 doorbell (multi-writer: senders), u32 receiver sleeping
+//	  920  u64 version (odd while written), the fingerprints of the
+//	       collective this rank runs and of the one before (48 bytes each)
 //	data, page aligned: per rank two slot halves of C bytes, rank r's half
 //	  b at dataBase + (2r+b)*C
 //	channels, page aligned: per ordered pair (src, dst) at
@@ -111,7 +117,8 @@
 // step each rank reduces its own region of all slots (and its own block)
 // in rank order into its output.
 //
-// AllToAll: step 0 carries each rank's table of block sizes and the first
+// AllToAll: step 0 carries each rank's table of block sizes (sent and
+// expected) and the first
 // C/P bytes of every block; the largest block decides the number of
 // rounds; every round moves the next C/P bytes of every block.
 //
@@ -132,7 +139,8 @@
 // Barrier: publish an empty step, wait for every peer's.
 //
 // Send: a byte ring per ordered pair; messages are a 16-byte header (tag,
-// length) and the payload, streamed in pieces of up to R/4; the receiver
+// length; a collective's message has bit 62 of the length set and its
+// 48-byte fingerprint after the header) and the payload, streamed in pieces of up to R/4; the receiver
 // goroutine started by Attach delivers them into the mailbox in order.
 // From 64 KiB the ring carries only a descriptor and the receiver reads
 // the payload out of the sender's memory (p2p_direct.go); from 512 KiB,

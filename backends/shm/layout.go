@@ -68,14 +68,27 @@ const (
 	// ctlDoorOff: u32, non-zero once a peer could not ring this rank's
 	// doorbell socket (p2p_door.go): its idle receiver sleeps on ctlIdle.
 	ctlDoorOff = ctlBell + 20
-	ctlStride  = 1024
+	// ctlCall is the collective this rank runs and the one before
+	// (desync.go): a u64 version, odd while the owner rewrites them, then
+	// two transport.Stamp encodings.
+	ctlCall   = 920
+	ctlStride = 1024
 
-	// Step block fields.
-	bSeq    = 0
-	bKind   = 8
-	bArg    = 12
-	bN      = 16
-	bInline = lineSize
+	// Step block fields: then the fingerprint of the collective that
+	// published it (desync.go): u32 op | dtype<<8 | reduce op<<16, i32
+	// root, u32 detail, u64 count, u64 seq; and a hash of the collective
+	// before it (u64, 0 if none).
+	bSeq      = 0
+	bKind     = 8
+	bArg      = 12
+	bN        = 16
+	bStOp     = 24
+	bStRoot   = 28
+	bStDetail = 32
+	bStCount  = 40
+	bStSeq    = 48
+	bStPrev   = 56
+	bInline   = lineSize
 
 	// Sleeper slots in ctlSleep.
 	sleepBlk0 = 0 // block of parity 0 (parity 1 is sleepBlk0+1)
@@ -98,13 +111,16 @@ const (
 
 	// msgHdr is the size of a message header in a ring: u64 tag, u64 n.
 	msgHdr = 16
+	// stampFlag in a header's length says that the sender's
+	// transport.Stamp (transport.StampSize bytes) follows the header.
+	stampFlag = uint64(1) << 62
 	// cmaDesc follows a header whose length has cmaFlag set: u64 address of
 	// the data in the sender's process, u64 reserved.
 	cmaDesc = 16
 	cmaFlag = uint64(1) << 63
 
 	magic   uint64 = 0x314d48535453444f // "ODSTSHM1", little-endian
-	version        = 3
+	version        = 4
 )
 
 // Rank states.

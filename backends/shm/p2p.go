@@ -17,7 +17,9 @@ import (
 
 // Point-to-point messages. Every ordered pair (src, dst) has a byte ring in
 // the arena written only by src (head) and read only by dst (tail). A
-// message is a 16-byte header (u64 tag, u64 length) followed by its bytes,
+// message is a 16-byte header (u64 tag, u64 length; a collective's
+// message has stampFlag set in the length and its transport.Stamp right
+// after the header) followed by its bytes,
 // wrapping around the ring; the sender streams messages larger than the
 // ring in pieces of at most a quarter ring, publishing head after each, and
 // the receiver consumes them as they come. After publishing, the sender
@@ -179,6 +181,7 @@ func (a *Arena) Send(ctx context.Context, peer int, tag transport.Tag, data []by
 		return err
 	}
 	defer a.exit()
+	stamp := transport.StampFor(ctx, a.globalRank(peer), tag)
 	if peer == a.rank {
 		mb := a.p2p.mailbox()
 		if mb == nil {
@@ -187,7 +190,7 @@ func (a *Arena) Send(ctx context.Context, peer int, tag transport.Tag, data []by
 		if err := mb.Err(); err != nil {
 			return &transport.PeerError{Op: op, Peer: a.globalRank(peer), Err: err}
 		}
-		return mb.Deliver(a.globalRank(peer), tag, len(data), bytes.NewReader(data))
+		return mb.DeliverStamped(a.globalRank(peer), tag, len(data), stamp, bytes.NewReader(data))
 	}
 	st := &a.p2p
 	st.sendMu[peer].Lock()
@@ -203,7 +206,7 @@ func (a *Arena) Send(ctx context.Context, peer int, tag transport.Tag, data []by
 	}
 	c := newOpCtx(ctx, op)
 	if len(data) >= cmaMin && a.u32(ch+chRefused).Load() == 0 && a.cmaPossible(peer) {
-		done, err := a.sendDirect(&c, peer, ch, tag, data)
+		done, err := a.sendDirect(&c, peer, ch, tag, data, &stamp)
 		if done || err != nil {
 			return err
 		}
@@ -211,15 +214,14 @@ func (a *Arena) Send(ctx context.Context, peer int, tag transport.Tag, data []by
 	}
 	tail := a.u64(ch + chTail)
 	head := st.head[peer]
-	var h [msgHdr]byte
-	binary.LittleEndian.PutUint64(h[0:], uint64(tag))
-	binary.LittleEndian.PutUint64(h[8:], uint64(len(data)))
+	var hb [msgHdr + transport.StampSize]byte
+	h := putMsgHdr(hb[:], tag, uint64(len(data)), &stamp)
 	// The header is published whole, with the first piece of data.
-	if err := a.waitSpace(&c, peer, ch, head, msgHdr); err != nil {
+	if err := a.waitSpace(&c, peer, ch, head, len(h)); err != nil {
 		return err
 	}
-	a.ringCopy(ch, head, h[:], true)
-	head += msgHdr
+	a.ringCopy(ch, head, h, true)
+	head += uint64(len(h))
 	rest := data
 	for {
 		free := uint64(ring) - (head - tail.Load())
@@ -245,6 +247,20 @@ func (a *Arena) Send(ctx context.Context, peer int, tag transport.Tag, data []by
 	}
 	st.head[peer] = head
 	return nil
+}
+
+// putMsgHdr writes the ring header of a message of n bytes under tag into
+// b (msgHdr + transport.StampSize bytes) and returns it: with st after it
+// when st is a stamp.
+func putMsgHdr(b []byte, tag transport.Tag, n uint64, st *transport.Stamp) []byte {
+	binary.LittleEndian.PutUint64(b[0:], uint64(tag))
+	if st.Op == transport.OpNone {
+		binary.LittleEndian.PutUint64(b[8:], n)
+		return b[:msgHdr]
+	}
+	binary.LittleEndian.PutUint64(b[8:], n|stampFlag)
+	st.Put(b[msgHdr:])
+	return b[:msgHdr+transport.StampSize]
 }
 
 // ring bumps peer's doorbell and wakes whoever of peer sleeps on it: its
@@ -478,29 +494,38 @@ func (a *Arena) recvOne(mb *transport.Mailbox, src int, tail *uint64, whole bool
 	var h [msgHdr]byte
 	a.ringCopy(ch, *tail, h[:], false)
 	tag, n := binary.LittleEndian.Uint64(h[0:]), binary.LittleEndian.Uint64(h[8:])
-	if n&cmaFlag != 0 {
-		return a.recvDirect(mb, src, ch, tail, transport.Tag(tag), n&^cmaFlag)
+	hdr := uint64(msgHdr) // the header's length, with the stamp (published with it)
+	var st transport.Stamp
+	if n&stampFlag != 0 {
+		var b [transport.StampSize]byte
+		a.ringCopy(ch, *tail+msgHdr, b[:], false)
+		st = transport.ParseStamp(b[:])
+		n &^= stampFlag
+		hdr += transport.StampSize
 	}
-	if whole && n <= maxMessage && a.u64(ch+chHead).Load()-*tail < msgHdr+n {
+	if n&cmaFlag != 0 {
+		return a.recvDirect(mb, src, ch, tail, transport.Tag(tag), n&^cmaFlag, hdr, &st)
+	}
+	if whole && n <= maxMessage && a.u64(ch+chHead).Load()-*tail < hdr+n {
 		a.p2p.streaming.Store(true)
 		a.wakeIdle()
 		return false, nil
 	}
-	a.consume(ch, tail, msgHdr)
+	a.consume(ch, tail, int(hdr))
 	if n > maxMessage {
 		return true, &transport.PeerError{Op: "recv", Peer: a.globalRank(src),
 			Err: fmt.Errorf("%w: corrupt message header from local rank %d (length %d)", transport.ErrConnLost, src, n)}
 	}
 	rd := ringReader{a: a, src: src, ch: ch, tail: tail, left: int(n)}
-	return true, a.deliver(mb, src, transport.Tag(tag), int(n), &rd)
+	return true, a.deliver(mb, src, transport.Tag(tag), int(n), &st, &rd)
 }
 
-// deliver hands one message of n bytes from local rank src, read from rd,
-// to mb; an error is a *transport.PeerError after which src's channel is
-// unusable.
-func (a *Arena) deliver(mb *transport.Mailbox, src int, tag transport.Tag, n int, rd io.Reader) error {
+// deliver hands one message of n bytes from local rank src, stamped st,
+// read from rd, to mb; an error is a *transport.PeerError after which
+// src's channel is unusable.
+func (a *Arena) deliver(mb *transport.Mailbox, src int, tag transport.Tag, n int, st *transport.Stamp, rd io.Reader) error {
 	a.p2p.delivering.Store(int32(src))
-	err := mb.Deliver(a.globalRank(src), tag, n, rd)
+	err := mb.DeliverStamped(a.globalRank(src), tag, n, *st, rd)
 	a.p2p.delivering.Store(-1)
 	if err != nil {
 		var pe *transport.PeerError

@@ -45,17 +45,17 @@ func (a *Arena) cmaPossible(peer int) bool {
 // sendDirect publishes a single-copy descriptor for data and waits until
 // peer has copied it. It reports false (and no error) if peer refused.
 // The caller holds sendMu[peer].
-func (a *Arena) sendDirect(c *opCtx, peer, ch int, tag transport.Tag, data []byte) (bool, error) {
+func (a *Arena) sendDirect(c *opCtx, peer, ch int, tag transport.Tag, data []byte, stamp *transport.Stamp) (bool, error) {
 	st := &a.p2p
 	head := st.head[peer]
-	var h [msgHdr + cmaDesc]byte
-	binary.LittleEndian.PutUint64(h[0:], uint64(tag))
-	binary.LittleEndian.PutUint64(h[8:], uint64(len(data))|cmaFlag)
-	binary.LittleEndian.PutUint64(h[16:], uint64(uintptr(unsafe.Pointer(&data[0]))))
+	var hb [msgHdr + transport.StampSize + cmaDesc]byte
+	h := putMsgHdr(hb[:], tag, uint64(len(data))|cmaFlag, stamp)
+	h = hb[:len(h)+cmaDesc]
+	binary.LittleEndian.PutUint64(h[len(h)-cmaDesc:], uint64(uintptr(unsafe.Pointer(&data[0]))))
 	if err := a.waitSpace(c, peer, ch, head, len(h)); err != nil {
 		return false, err
 	}
-	a.ringCopy(ch, head, h[:], true)
+	a.ringCopy(ch, head, h, true)
 	head += uint64(len(h))
 	st.head[peer] = head
 	a.u64(ch + chHead).Store(head)
@@ -73,14 +73,15 @@ func (a *Arena) sendDirect(c *opCtx, peer, ch int, tag transport.Tag, data []byt
 	return a.u32(ch+chRefused).Load() == 0, nil
 }
 
-// recvDirect delivers a single-copy message of n bytes from src whose
-// header is at *tail, or refuses it. The caller holds the role.
-func (a *Arena) recvDirect(mb *transport.Mailbox, src, ch int, tail *uint64, tag transport.Tag, n uint64) (bool, error) {
-	if a.u64(ch+chHead).Load()-*tail < msgHdr+cmaDesc {
+// recvDirect delivers a single-copy message of n bytes from src, stamped
+// st, whose header of hdr bytes is at *tail, or refuses it. The caller
+// holds the role.
+func (a *Arena) recvDirect(mb *transport.Mailbox, src, ch int, tail *uint64, tag transport.Tag, n, hdr uint64, st *transport.Stamp) (bool, error) {
+	if a.u64(ch+chHead).Load()-*tail < hdr+cmaDesc {
 		return false, nil // published together with the header; not yet visible
 	}
 	var d [cmaDesc]byte
-	a.ringCopy(ch, *tail+msgHdr, d[:], false)
+	a.ringCopy(ch, *tail+hdr, d[:], false)
 	addr := uintptr(binary.LittleEndian.Uint64(d[0:]))
 	if n > maxMessage {
 		return true, &transport.PeerError{Op: "recv", Peer: a.globalRank(src),
@@ -91,16 +92,16 @@ func (a *Arena) recvDirect(mb *transport.Mailbox, src, ch int, tail *uint64, tag
 		var probe [1]byte
 		if k, err := readMemory(pid, addr, probe[:]); err != nil || k != 1 || !a.cmaPossible(src) {
 			a.u32(ch + chRefused).Store(1)
-			a.consume(ch, tail, msgHdr+cmaDesc)
+			a.consume(ch, tail, int(hdr+cmaDesc))
 			return true, nil
 		}
 		a.p2p.directOK[src] = true
 	}
 	rd := directReader{a: a, src: src, ch: ch, pid: pid, addr: addr, left: int(n)}
-	if err := a.deliver(mb, src, tag, int(n), &rd); err != nil {
+	if err := a.deliver(mb, src, tag, int(n), st, &rd); err != nil {
 		return true, err
 	}
-	a.consume(ch, tail, msgHdr+cmaDesc)
+	a.consume(ch, tail, int(hdr+cmaDesc))
 	return true, nil
 }
 

@@ -140,8 +140,10 @@ func (rt *router) PostFold(peer int, tag transport.Tag, buf []byte, f transport.
 }
 
 // Track, SetOnDesync and FailCollectives act on the shared mailbox
-// (transport.Tracker), through which both paths deliver.
+// (transport.Tracker), through which both paths deliver; Track also
+// publishes the collective in the arena (Arena.SetCall).
 func (rt *router) Track(c *transport.Call) *transport.DesyncError {
+	rt.arena.SetCall(c)
 	return rt.under.Mailbox().Track(c)
 }
 

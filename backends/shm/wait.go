@@ -77,6 +77,11 @@ func (a *Arena) checkWait(c *opCtx, q int, now time.Time, live bool) error {
 	if c.ctx.Err() != nil {
 		return &transport.PeerError{Op: c.op, Peer: a.globalRank(q), Err: ctxErr(c.ctx)}
 	}
+	if live {
+		if err := a.crossCheck(c.op, q); err != nil {
+			return err
+		}
+	}
 	return a.peerErr(c.op, q, live)
 }
 
