@@ -35,6 +35,7 @@ func abiLayout() []int64 {
 		int64(unsafe.Offsetof(c.nins)), int64(unsafe.Offsetof(c.nouts)), int64(unsafe.Offsetof(c.work)),
 		int64(unsafe.Offsetof(c.source)), int64(unsafe.Offsetof(c.errlen)), int64(unsafe.Offsetof(c.errbuf)),
 		int64(unsafe.Offsetof(c.stream)), int64(unsafe.Offsetof(c.device)), int64(unsafe.Offsetof(c.op_code)),
+		int64(unsafe.Offsetof(c.detail)),
 		int64(unsafe.Sizeof(e)), int64(unsafe.Offsetof(e.status)), int64(unsafe.Offsetof(e.cause)),
 		int64(unsafe.Offsetof(e.seq)), int64(unsafe.Offsetof(e.peer)), int64(unsafe.Offsetof(e.nmissing)),
 		int64(unsafe.Offsetof(e.after_ms)), int64(unsafe.Offsetof(e.missing)), int64(unsafe.Offsetof(e.op)),

@@ -49,7 +49,8 @@ const (
 	causeStore        = 10 // a store operation failed
 	causeInternal     = 11 // a recovered panic: a bug in godist
 	causeUnsupported  = 12 // an op or dtype the object does not support
-	numCauses         = 13
+	causeDesync       = 13 // ranks called different collectives (or the same with other arguments)
+	numCauses         = 14
 )
 
 // errInvalidHandle is returned for a handle that is not in the table.
@@ -102,6 +103,8 @@ func causeOf(err error, status C.int) int32 {
 		return causeHandle
 	case errors.Is(err, libgodist.ErrBroken):
 		return causeBroken
+	case errors.Is(err, libgodist.ErrDesync):
+		return causeDesync
 	case errors.As(err, &t) && t.Timeout():
 		return causeTimeout
 	case errors.Is(err, transport.ErrPeerGone):

@@ -39,7 +39,7 @@ typedef struct godist_op {
 	godist_buf buf;          // allreduce, broadcast, reduce, send, recv: the buffer; allgather, gather, reduce_scatter, alltoall: the input
 	int64_t timeout_ms;      // <= 0: the group's timeout; godist_work_wait: how long to wait (0 polls)
 	int32_t flags;           // GODIST_* flags
-	int32_t dtype;           // allreduce, reduce, reduce_scatter: the element type (python/godist/_types.py)
+	int32_t dtype;           // every collective: the element type (python/godist/_types.py); -1: plain bytes (not allreduce, reduce, reduce_scatter)
 	int32_t reduce_op;       // the same ops: the reduction (c10d's RedOpType numbering)
 	int32_t root;            // broadcast, reduce, gather, scatter: the root rank
 	int32_t peer;            // send: the destination; recv: the source, -1 for any
@@ -58,6 +58,7 @@ typedef struct godist_op {
 	uint64_t stream;         // GODIST_CUDA: the caller's current CUDA stream (cudaStream_t)
 	int32_t device;          // GODIST_CUDA: the CUDA device ordinal of the buffers
 	int32_t op_code;         // godist_device_batch: the block's op (GODIST_OP_*)
+	const char *detail;      // collectives: the caller's description of its tensors (TORCH_DISTRIBUTED_DEBUG=DETAIL), NUL-terminated; NULL: none
 } godist_op;
 
 // godist_op.op_code values.

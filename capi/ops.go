@@ -41,7 +41,7 @@ func runOp(c *C.godist_op, name string, f opFunc) (rc C.int) {
 	if c.flags&C.GODIST_CUDA != 0 {
 		return runDevice(pg, c, name)
 	}
-	w, err := f(pg, c, opts(c.timeout_ms, c.flags))
+	w, err := f(pg, c, opts(c))
 	return submitted(w, err, c.flags, &c.work, errbuf, errlen)
 }
 
@@ -76,10 +76,18 @@ func group(h C.uint64_t, flags C.int32_t) (*libgodist.ProcessGroup, error) {
 
 // opts builds the per-call options: a synchronous op may run inline on the
 // caller's thread; an asynchronous one may wait for its waiter
-// (executor.runQueued).
-func opts(timeoutMs C.int64_t, flags C.int32_t) libgodist.Opts {
-	async := flags&C.GODIST_ASYNC != 0
-	return libgodist.Opts{Timeout: millis(timeoutMs), Inline: !async, Deferrable: async}
+// (executor.runQueued). The dtype and the description of the tensors go
+// into the op's fingerprint (desync checks).
+func opts(c *C.godist_op) libgodist.Opts {
+	async := c.flags&C.GODIST_ASYNC != 0
+	o := libgodist.Opts{Timeout: millis(c.timeout_ms), Inline: !async, Deferrable: async}
+	if dt := reduce.DType(c.dtype); c.dtype >= 0 && dt.Valid() {
+		o.DType, o.Typed = dt, true
+	}
+	if c.detail != nil {
+		o.Detail = C.GoString(c.detail)
+	}
+	return o
 }
 
 // reduction is the block's dtype, reduce op and factor.

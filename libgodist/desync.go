@@ -75,8 +75,30 @@ func (pg *ProcessGroup) desynced(de *transport.DesyncError, tell bool) {
 		t.ctx.cancel()
 	}
 	if tell {
-		go pg.tellDesync(de)
+		pg.telling.Add(1)
+		go func() {
+			defer pg.telling.Done()
+			pg.tellDesync(de)
+		}()
 	}
+}
+
+// listenDesync takes the peers' desync notices as they arrive, on the
+// goroutine that delivers them (Recv.OnDone): a notice is handled before
+// anything its sender sent after it (its goodbye: the op that fails then
+// fails with the desync).
+func (pg *ProcessGroup) listenDesync() {
+	buf := make([]byte, desyncSize)
+	var post func()
+	post = func() {
+		pg.tr.PostRecv(transport.AnySource, desyncTag, buf).OnDone(func(r *transport.Recv) {
+			if r.Err() == nil {
+				pg.noticed(buf)
+				post()
+			}
+		})
+	}
+	post()
 }
 
 // tellDesync sends every peer a notice of de.

@@ -75,6 +75,7 @@ type ProcessGroup struct {
 
 	closeOnce sync.Once
 	queries   atomic.Uint64
+	telling   sync.WaitGroup // desync notices being sent (desync.go)
 }
 
 type task struct {
@@ -119,6 +120,7 @@ func (pg *ProcessGroup) start(tr transport.Transport) {
 		pg.tracker = tk
 		tk.SetOnDesync(func(de *transport.DesyncError) { pg.desynced(de, true) })
 	}
+	pg.listenDesync()
 	go pg.controlLoop()
 }
 
@@ -251,6 +253,7 @@ func (pg *ProcessGroup) shutdown(abortErr error) {
 			off.Abort(abortErr)
 		}
 		if abortErr == nil && tr != nil {
+			pg.telling.Wait() // a notice goes before the farewell
 			pg.farewell()
 		}
 		pg.cancel(ErrClosed)

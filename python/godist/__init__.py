@@ -20,8 +20,8 @@ from typing import Final
 import torch.distributed as dist
 
 from . import _mpi
-from ._errors import (GodistClosedError, GodistError, GodistForkError, GodistInternalError,  # noqa: F401
-                      GodistInvalidError, GodistTimeoutError)
+from ._errors import (GodistClosedError, GodistDesyncError, GodistError, GodistForkError,  # noqa: F401
+                      GodistInternalError, GodistInvalidError, GodistTimeoutError)
 from ._log import set_level as set_log_level  # noqa: F401
 from ._mpi import mpi_finalize, mpi_info  # noqa: F401
 from ._version import __version__ as __version__
@@ -73,6 +73,6 @@ _mpi.register()  # the mpi:// rendezvous (godist/_mpi.py)
 atexit.register(_mpi._at_exit)
 atexit.register(close_all)
 
-__all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "GodistClosedError",
+__all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "GodistClosedError", "GodistDesyncError",
            "GodistInvalidError", "GodistInternalError", "GodistForkError", "BACKEND", "monitored_barrier",
            "runtime_stats", "dump_state", "topology", "set_log_level", "mpi_info", "mpi_finalize", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]

@@ -27,7 +27,7 @@ TYPE = 10
 # The same table as capi/errors.go, by index; _lib.py checks its length at
 # load.
 CAUSES = ("", "invalid", "timeout", "peer_left", "conn_lost", "closed", "broken", "size_mismatch", "not_arrived",
-          "handle", "store", "internal", "unsupported")
+          "handle", "store", "internal", "unsupported", "desync")
 
 
 class GodistError(dist.DistBackendError):
@@ -62,6 +62,15 @@ class GodistClosedError(GodistError):
     """The process group (or library) was closed or aborted."""
 
 
+class GodistDesyncError(GodistError):
+    """Ranks called different collectives at the same point of their group
+    (or the same collective with another shape, dtype, root or reduce op).
+    Every rank of the collective raises it, with the same description of
+    the two calls; the group is broken afterwards (later ops raise
+    :class:`GodistError` with cause ``"broken"``). ``peer`` is the other rank
+    of the pair that differs."""
+
+
 class GodistInvalidError(GodistError, ValueError):
     """An argument was rejected by the Go side."""
 
@@ -93,6 +102,8 @@ def make_error(code: int, message: str, **fields) -> Exception:
         message = f"godist: operation failed with status {code}"
     if code == STORE:
         return dist.DistStoreError(message)
+    if fields.get("cause") == "desync":
+        return GodistDesyncError(message, code, **fields)
     return _CLASSES.get(code, GodistError)(message, code, **fields)
 
 

@@ -79,9 +79,11 @@ def _dtype(t):
     return None
 
 
-def _usable(opts) -> bool:
-    """Whether a fast path may run for an op with these options."""
-    return _HAS_ASYNC_FLAG and opts is not None and not _lib._forked and not _profiling()
+def _usable(pg, opts) -> bool:
+    """Whether a fast path may run for an op with these options (not under
+    TORCH_DISTRIBUTED_DEBUG=DETAIL, whose descriptions the general path
+    writes)."""
+    return _HAS_ASYNC_FLAG and opts is not None and not _lib._forked and not _profiling() and not pg._detail
 
 
 def _one(tensors):
@@ -93,14 +95,14 @@ def _one(tensors):
     return None
 
 
-def _call(fn, pg, t, timeout_ms, flags, root=0, peer=0, tag=0):
-    """One raw entry point fn on tensor t (None: no buffer) through this
-    thread's block, as (status, work handle, error buffer); None if an
-    argument does not fit its field."""
+def _call(fn, pg, t, timeout_ms, flags, root=0, peer=0, tag=0, dt=-1):
+    """One raw entry point fn on tensor t (None: no buffer) of dtype code dt
+    through this thread's block, as (status, work handle, error buffer);
+    None if an argument does not fit its field."""
     view, addr, blk, eb = _lib.op_block()
     try:
         fill(view, 0, pg, t.data_ptr() if t is not None else 0, t.nbytes if t is not None else 0, timeout_ms, flags,
-             0, 0, root, peer)
+             dt, 0, root, peer)
         fill_tag(view, TAG_AT, tag)
     except struct.error:
         return None
@@ -111,7 +113,7 @@ def allreduce(pg, tensors, opts):
     """all_reduce of one tensor with a reduce op other than PREMUL_SUM,
     written out in full: the smallest and most frequent op."""
     if _HAS_ASYNC_FLAG and opts is not None and not _lib._forked and not _profiling() and type(tensors) is list \
-            and len(tensors) == 1:
+            and len(tensors) == 1 and not pg._detail:
         t = tensors[0]
         dt = _DTYPES.get(t.dtype) if isinstance(t, _Tensor) and t.layout is _STRIDED and t.is_cpu \
             and t.is_contiguous() else None
@@ -138,11 +140,11 @@ def allreduce(pg, tensors, opts):
 
 def broadcast(pg, tensors, opts):
     """A synchronous broadcast of one tensor."""
-    if _usable(opts) and not opts.asyncOp:
+    if _usable(pg, opts) and not opts.asyncOp:
         t = _one(tensors)
         root = opts.rootRank
         if t is not None and opts.rootTensor == 0 and type(root) is int and 0 <= root < pg._size:
-            r = _call(pg._raw_broadcast, pg._h, t, _timeout(opts), 0, root=root)
+            r = _call(pg._raw_broadcast, pg._h, t, _timeout(opts), 0, root=root, dt=_DTYPES[t.dtype])
             if r is not None:
                 return pg._track(finish_sync("broadcast", tensors, *r))
     return None
@@ -150,7 +152,7 @@ def broadcast(pg, tensors, opts):
 
 def barrier(pg, opts):
     """A synchronous barrier."""
-    if _usable(opts) and not opts.asyncOp:
+    if _usable(pg, opts) and not opts.asyncOp:
         r = _call(pg._raw_barrier, pg._h, None, _timeout(opts), 0)
         if r is not None:
             return pg._track(finish_sync("barrier", [], *r))
@@ -197,16 +199,16 @@ def _two(pg, fn, op, inp, out, dt, code, opts):
 
 def all_gather_single(pg, output, input, opts):
     """all_gather_into_tensor."""
-    if _usable(opts):
+    if _usable(pg, opts):
         dt = _dtype(input)
         if dt is not None and _dtype(output) == dt and output.numel() == input.numel() * pg._size:
-            return _two(pg, pg._raw_allgather, "all_gather_into_tensor", input, output, 0, 0, opts)
+            return _two(pg, pg._raw_allgather, "all_gather_into_tensor", input, output, dt, 0, opts)
     return None
 
 
 def reduce_scatter_single(pg, output, input, opts):
     """reduce_scatter_tensor with a reduce op other than PREMUL_SUM."""
-    if _usable(opts):
+    if _usable(pg, opts):
         dt = _dtype(input)
         code = _op_code(opts.reduceOp)
         if dt is not None and code in _SIMPLE and _dtype(output) == dt and input.numel() == output.numel() * pg._size:
@@ -216,10 +218,10 @@ def reduce_scatter_single(pg, output, input, opts):
 
 def all_to_all_single(pg, output, input, output_split_sizes, input_split_sizes, opts):
     """all_to_all_single without split sizes."""
-    if _usable(opts) and not output_split_sizes and not input_split_sizes:
+    if _usable(pg, opts) and not output_split_sizes and not input_split_sizes:
         dt = _dtype(input)
         n = pg._size
         if dt is not None and _dtype(output) == dt and input.dim() and output.dim() and \
                 input.shape[0] % n == 0 and output.shape[0] % n == 0 and input.nbytes == output.nbytes:
-            return _two(pg, pg._raw_alltoall, "all_to_all_single", input, output, 0, 0, opts)
+            return _two(pg, pg._raw_alltoall, "all_to_all_single", input, output, dt, 0, opts)
     return None

@@ -48,7 +48,8 @@ class GodistOp(ctypes.Structure):
                 ("reduce_op", c_int32), ("root", c_int32), ("peer", c_int32), ("wait_all", c_int32), ("tag", c_int64),
                 ("factor", c_double), ("out", GodistBuf), ("ins", POINTER(GodistBuf)), ("outs", POINTER(GodistBuf)),
                 ("nins", c_int32), ("nouts", c_int32), ("work", c_uint64), ("source", c_int32), ("errlen", c_int32),
-                ("errbuf", c_void_p), ("stream", c_uint64), ("device", c_int32), ("op_code", c_int32)]
+                ("errbuf", c_void_p), ("stream", c_uint64), ("device", c_int32), ("op_code", c_int32),
+                ("detail", ctypes.c_char_p)]
 
 
 class ErrorBuf(ctypes.Structure):

@@ -23,6 +23,17 @@ DTYPE_CODES = {
     torch.bool: 11,
 }
 
+def dtype_or_bytes(t: torch.Tensor) -> int:
+    """The dtype code of t for an op that moves bytes (broadcast, all_gather,
+    ...: its fingerprint names the dtype), -1 when godist has no code for it."""
+    return DTYPE_CODES.get(t.dtype, -1)
+
+
+def describe(t: torch.Tensor) -> str:
+    """A tensor as a desync description shows it: float32[2, 3]."""
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+
+
 # ReduceOp.RedOpType values, which godist's op codes equal.
 OP_NAMES = {0: "SUM", 1: "AVG", 2: "PRODUCT", 3: "MIN", 4: "MAX", 5: "BAND", 6: "BOR", 7: "BXOR", 8: "PREMUL_SUM"}
 PREMUL_SUM = 8

@@ -91,6 +91,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         self._dev = None
         self._closed = False
         self._close_lock = threading.Lock()
+        self._detail = _detail_mode()
         lib = _lib.load()
         _log.set_rank(rank)
         _dump_on_signal(lib)
@@ -291,6 +292,20 @@ class GodistProcessGroup(dist.ProcessGroup):
         code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
         return {"dtype": _checks.dtype_code(op, name, t), "reduce_op": code, "factor": factor}
 
+    def _details(self, op, **tensors):
+        """An op's detail field under TORCH_DISTRIBUTED_DEBUG=DETAIL: the
+        shapes of the tensors every rank passes alike, which the ranks then
+        compare (a difference fails the op with GodistDesyncError)."""
+        if not self._detail:
+            return {}
+        parts = []
+        for name, t in tensors.items():
+            if isinstance(t, (list, tuple)):
+                parts.append(f"{name}=[{', '.join(_types.describe(x) for x in t)}]")
+            else:
+                parts.append(f"{name}={_types.describe(t)}")
+        return {"detail": f"{op}({', '.join(parts)})".encode()}
+
     def _submit(self, op, outputs, calls, outs=None, keep=None, async_op=True):
         fin = outs.finalizer() if outs is not None else None
         return self._track(submit(op, outputs, calls, fin, keep=keep, async_op=async_op))
@@ -307,7 +322,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         red = self._reduction(op, "tensor", t, opts)
         outs = _Outputs()
         buf = outs.prep(t)
-        calls = [(self._raw_allreduce, self._op(opts, buf=_desc(buf), **red))]
+        calls = [(self._raw_allreduce, self._op(opts, buf=_desc(buf), **red, **self._details(op, tensor=t)))]
         return self._submit(op, [t], calls, outs, keep=buf, async_op=_async(opts))
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -321,7 +336,8 @@ class GodistProcessGroup(dist.ProcessGroup):
             red = self._reduction(op, f"tensors[{i}]", t, opts)
             buf = outs.prep(t)
             keep.append(buf)
-            calls.append((self._raw_allreduce, self._op(opts, buf=_desc(buf), **red)))
+            calls.append((self._raw_allreduce, self._op(opts, buf=_desc(buf), **red,
+                                                        **self._details(op, **{f"tensors[{i}]": t}))))
         return self._submit(op, ts, calls, outs, keep=keep, async_op=_async(opts))
 
     def broadcast(self, tensors, opts=None):
@@ -337,7 +353,8 @@ class GodistProcessGroup(dist.ProcessGroup):
             raise ValueError(f"godist: {op}: rootTensor must be 0 with one tensor per rank, got {opts.rootTensor}")
         outs = _Outputs()
         buf = outs.prep(t)
-        calls = [(self._raw_broadcast, self._op(opts, buf=_desc(buf), root=root))]
+        calls = [(self._raw_broadcast, self._op(opts, buf=_desc(buf), root=root, dtype=_types.dtype_or_bytes(t),
+                                                **self._details(op, tensor=t)))]
         return self._submit(op, [t], calls, outs, keep=buf, async_op=_async(opts))
 
     def reduce(self, tensors, opts=None):
@@ -349,7 +366,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._size)
         outs = _Outputs()
         buf = outs.prep(t)
-        calls = [(self._raw_reduce, self._op(opts, buf=_desc(buf), root=root, **red))]
+        calls = [(self._raw_reduce, self._op(opts, buf=_desc(buf), root=root, **red, **self._details(op, tensor=t)))]
         return self._submit(op, [t], calls, outs, keep=buf, async_op=_async(opts))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -363,7 +380,9 @@ class GodistProcessGroup(dist.ProcessGroup):
         _checks.same_kind(op, "output_tensors[0]", out_list, inp)
         outs = _Outputs()
         bufs = [outs.prep(o) for o in out_list]
-        calls = [(self._raw_allgather, self._op(opts, buf=_desc(inp), outs=[_desc(o) for o in bufs]))]
+        calls = [(self._raw_allgather, self._op(opts, buf=_desc(inp), outs=[_desc(o) for o in bufs],
+                                                dtype=_types.dtype_or_bytes(inp),
+                                                **self._details(op, output_tensors=out_list, input_tensor=inp)))]
         return self._submit(op, output_tensors, calls, outs, keep=(inp, bufs), async_op=_async(opts))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
@@ -382,7 +401,10 @@ class GodistProcessGroup(dist.ProcessGroup):
             _checks.same_kind(op, f"output_lists[*][{i}]", col, inp)
             bufs = [outs.prep(o) for o in col]
             keep.append(bufs)
-            calls.append((self._raw_allgather, self._op(opts, buf=_desc(inp), outs=[_desc(o) for o in bufs])))
+            calls.append((self._raw_allgather, self._op(opts, buf=_desc(inp), outs=[_desc(o) for o in bufs],
+                                                        dtype=_types.dtype_or_bytes(inp),
+                                                        **self._details(op, **{f"output_lists[*][{i}]": col,
+                                                                               f"input_list[{i}]": inp}))))
         return self._submit(op, output_lists, calls, outs, keep=keep, async_op=_async(opts))
 
     def _gather_into(self, op, output, input, opts, outs):
@@ -395,7 +417,8 @@ class GodistProcessGroup(dist.ProcessGroup):
             raise ValueError(f"godist: {op}: output has {out.numel()} elements, expected input's {inp.numel()} "
                              f"x group size {self._size} = {inp.numel() * self._size}")
         flat = outs.prep(out)
-        return (self._raw_allgather, self._op(opts, buf=_desc(inp), out=_desc(flat))), (inp, flat)
+        return (self._raw_allgather, self._op(opts, buf=_desc(inp), out=_desc(flat), dtype=_types.dtype_or_bytes(inp),
+                                              **self._details(op, output=out, input=inp))), (inp, flat)
 
     def all_gather_single(self, output, input, opts=None):
         w = _fast.all_gather_single(self, output, input, opts)
@@ -433,7 +456,8 @@ class GodistProcessGroup(dist.ProcessGroup):
             bufs = [outs.prep(o) for o in lst]
         elif output_tensors and any(len(x) for x in output_tensors):
             raise ValueError(f"godist: {op}: output_tensors must be empty on non-root ranks")
-        calls = [(self._raw_gather, self._op(opts, buf=_desc(inp), outs=[_desc(o) for o in bufs], root=root))]
+        calls = [(self._raw_gather, self._op(opts, buf=_desc(inp), outs=[_desc(o) for o in bufs], root=root,
+                                             dtype=_types.dtype_or_bytes(inp), **self._details(op, input_tensor=inp)))]
         return self._submit(op, output_tensors, calls, outs, keep=(inp, bufs), async_op=_async(opts))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
@@ -452,7 +476,8 @@ class GodistProcessGroup(dist.ProcessGroup):
             _checks.same_kind(op, "input_tensors[0]", lst, out)
         elif input_tensors and any(len(x) for x in input_tensors):
             raise ValueError(f"godist: {op}: input_tensors must be empty on non-root ranks")
-        calls = [(self._raw_scatter, self._op(opts, out=_desc(obuf), ins=[_desc(t) for t in lst], root=root))]
+        calls = [(self._raw_scatter, self._op(opts, out=_desc(obuf), ins=[_desc(t) for t in lst], root=root,
+                                              dtype=_types.dtype_or_bytes(out), **self._details(op, output_tensor=out)))]
         return self._submit(op, output_tensors, calls, outs, keep=(obuf, lst), async_op=_async(opts))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
@@ -467,7 +492,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         _checks.same_kind(op, "input_tensors[0]", lst, out)
         outs = _Outputs()
         obuf = outs.prep(out)
-        calls = [(self._raw_reduce_scatter, self._op(opts, out=_desc(obuf), ins=[_desc(t) for t in lst], **red))]
+        calls = [(self._raw_reduce_scatter, self._op(opts, out=_desc(obuf), ins=[_desc(t) for t in lst], **red,
+                                                     **self._details(op, output=out, input_tensors=lst)))]
         return self._submit(op, output_tensors, calls, outs, keep=(lst, obuf), async_op=_async(opts))
 
     def _scatter_from(self, op, output, input, opts, outs):
@@ -481,7 +507,8 @@ class GodistProcessGroup(dist.ProcessGroup):
             raise ValueError(f"godist: {op}: input has {inp.numel()} elements, expected output's {out.numel()} "
                              f"x group size {self._size} = {out.numel() * self._size}")
         obuf = outs.prep(out)
-        return (self._raw_reduce_scatter, self._op(opts, buf=_desc(inp), out=_desc(obuf), **red)), (inp, obuf)
+        return (self._raw_reduce_scatter, self._op(opts, buf=_desc(inp), out=_desc(obuf), **red,
+                                                   **self._details(op, output=out, input=inp))), (inp, obuf)
 
     def reduce_scatter_single(self, output, input, opts=None):
         w = _fast.reduce_scatter_single(self, output, input, opts)
@@ -514,7 +541,9 @@ class GodistProcessGroup(dist.ProcessGroup):
                 raise TypeError(f"godist: {op}: output_tensors[{i}] has dtype {o.dtype} but input_tensors[{i}] has {t.dtype}")
         outs = _Outputs()
         obufs = [outs.prep(o) for o in outl]
-        calls = [(self._raw_alltoall, self._op(opts, ins=[_desc(t) for t in ins], outs=[_desc(o) for o in obufs]))]
+        dt = _types.dtype_or_bytes(ins[0]) if ins and all(t.dtype == ins[0].dtype for t in ins) else -1
+        calls = [(self._raw_alltoall, self._op(opts, ins=[_desc(t) for t in ins], outs=[_desc(o) for o in obufs],
+                                               dtype=dt))]
         return self._submit(op, output_tensors, calls, outs, keep=(ins, obufs), async_op=_async(opts))
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
@@ -532,7 +561,7 @@ class GodistProcessGroup(dist.ProcessGroup):
         obuf = outs.prep(out)
         ins = _checks.rows(op, "input", inp, input_split_sizes, self._size)
         outl = _checks.rows(op, "output", obuf, output_split_sizes, self._size)
-        calls = [(self._raw_alltoall, self._op(opts, ins=ins, outs=outl))]
+        calls = [(self._raw_alltoall, self._op(opts, ins=ins, outs=outl, dtype=_types.dtype_or_bytes(inp)))]
         return self._submit(op, [output], calls, outs, keep=(inp, obuf), async_op=_async(opts))
 
     def barrier(self, opts=None):
@@ -596,6 +625,17 @@ class GodistProcessGroup(dist.ProcessGroup):
     _reduce_scatter_base = reduce_scatter_single
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
     alltoall_base = all_to_all_single
+
+
+def _detail_mode() -> bool:
+    """Whether TORCH_DISTRIBUTED_DEBUG is DETAIL (as torch read it when it
+    was imported, or as the environment says now)."""
+    if os.environ.get("TORCH_DISTRIBUTED_DEBUG", "").strip().upper() == "DETAIL":
+        return True
+    try:
+        return dist.get_debug_level() == dist.DebugLevel.DETAIL
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def _godist_backend(group):
