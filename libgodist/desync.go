@@ -26,6 +26,9 @@ var desyncTag = transport.ControlTag(2)
 
 const desyncSize = 8 + 2*transport.StampSize
 
+// maxDetail bounds the description of this rank's tensors an error shows.
+const maxDetail = 2048
+
 // ErrDesync is wrapped by the errors of collectives that failed because
 // ranks called different collectives (or the same one with other
 // arguments) at the same point.
@@ -184,6 +187,9 @@ func (pg *ProcessGroup) desyncOpError(op string, seq uint64, de *transport.Desyn
 	peer := de.Peer // the rank whose call differs from the finder's
 	if de.Peer == pg.cfg.Rank {
 		peer = de.Rank
+	}
+	if len(detail) > maxDetail {
+		detail = detail[:maxDetail] + "..."
 	}
 	return &OpError{Op: op, Seq: seq, Group: pg.cfg.Group, Peer: peer, Err: &desyncError{de: de}, Detail: detail}
 }
