@@ -162,6 +162,10 @@ func desyncOf(err error) *transport.DesyncError {
 func (pg *ProcessGroup) refusal(op string, seq uint64) error {
 	pg.mu.Lock()
 	de, shown := pg.desync, pg.desyncShown
+	if de == nil && pg.broken == nil && !pg.closed && pg.tr != nil {
+		pg.mu.Unlock()
+		return nil
+	}
 	if de != nil && !shown {
 		pg.desyncShown = true
 	}

@@ -265,3 +265,20 @@ func TestDesyncOverBackends(t *testing.T) {
 		}
 	}
 }
+
+// TestDesyncFoundAtTimeout: ranks that each wait for the other in a
+// different collective (non-roots of scatters with different roots: no
+// one sends) time out, and the progress query that names missing ranks
+// finds the peer at the same sequence number in another call.
+func TestDesyncFoundAtTimeout(t *testing.T) {
+	pgs, _ := group(t, 2, 300*time.Millisecond)
+	start := time.Now()
+	errs := onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+		return pg.Scatter(nil, make([]byte, 16), 1-r, Opts{Typed: true, DType: reduce.Float32})
+	})
+	for r, err := range errs {
+		require.ErrorIs(t, err, ErrDesync, "rank %d", r)
+		require.Contains(t, err.Error(), "rank 1 called scatter(float32[4] per rank, root=0) where rank 0 called scatter(float32[4] per rank, root=1)")
+	}
+	require.Less(t, time.Since(start), 2*time.Second)
+}

@@ -204,9 +204,9 @@ func (pg *ProcessGroup) AllToAll(ins, outs [][]byte, o Opts) (*Work, error) {
 		return nil, invalidf("alltoall: this rank sends itself %d bytes but expects %d", len(ins[pg.cfg.Rank]), len(outs[pg.cfg.Rank]))
 	}
 	call := o.call(transport.OpAllToAll, 0)
-	call.Count, call.Ins, call.Outs, call.Elem = 0, ins, outs, 1
+	call.Count, call.Blocks = 0, &transport.Blocks{Ins: ins, Outs: outs, Elem: 1}
 	if call.DType != transport.NoDType {
-		call.Elem = o.DType.Size()
+		call.Blocks.Elem = o.DType.Size()
 	}
 	return pg.submit("alltoall", o, call, func(c *comm) error { return allToAll(c, ins, outs) }), nil
 }

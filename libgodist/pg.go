@@ -214,7 +214,17 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 	}
 	if oe.Timeout() {
 		oe.After = t.timeout
-		oe.Missing, oe.Silent = pg.missingRanks(t.w.Seq)
+		var de *transport.DesyncError
+		oe.Missing, oe.Silent, de = pg.missingRanks(t.w.Seq, &t.call)
+		if de != nil {
+			// Ranks that waited for each other in different collectives
+			// (neither sent the other anything): say so, and tell them.
+			pg.desynced(de, true)
+			pg.mu.Lock()
+			pg.desyncShown = true
+			pg.mu.Unlock()
+			return pg.desyncOpError(t.w.Op, t.w.Seq, de, t.detail)
+		}
 	} else if oe.Peer >= 0 && errors.Is(err, transport.ErrPeerGone) {
 		if n, ok := pg.farewellOf(oe.Peer); ok {
 			oe.PeerLeft = n.why

@@ -109,11 +109,24 @@ func (pg *ProcessGroup) controlLoop() {
 	}
 }
 
+// answerSize is the length of an answer to a progress query: the sequence
+// number of the collective this rank last started, then that collective's
+// stamp (zero if unknown), so that a rank whose collective timed out while
+// a peer waited in another one at the same sequence number can say so.
+const answerSize = 8 + transport.StampSize
+
 // answer tells peer, which asked with query id, the sequence number of the
-// collective this rank last started.
+// collective this rank last started, and its stamp.
 func (pg *ProcessGroup) answer(peer int, id uint64) {
-	var a [8]byte
-	binary.LittleEndian.PutUint64(a[:], pg.entered.Load())
+	var a [answerSize]byte
+	seq := pg.entered.Load()
+	binary.LittleEndian.PutUint64(a[:], seq)
+	for _, t := range [...]*task{pg.running.Load(), pg.lastDone.Load()} {
+		if t != nil && t.call.Seq == seq {
+			t.call.Stamp.Put(a[8:])
+			break
+		}
+	}
 	ctx, cancel := context.WithTimeout(pg.ctx, queryWait)
 	_ = pg.tr.Send(ctx, peer, transport.ControlTag(id), a[:])
 	cancel()
@@ -121,15 +134,16 @@ func (pg *ProcessGroup) answer(peer int, id uint64) {
 
 // missingRanks asks every peer which collective it last started and returns
 // the ranks that have not reached seq, and of those the ones that did not
-// answer (nor said farewell) within queryWait.
-func (pg *ProcessGroup) missingRanks(seq uint64) (missing, silent []int) {
+// answer (nor said farewell) within queryWait; and the first peer found
+// running another collective than call at seq, if any.
+func (pg *ProcessGroup) missingRanks(seq uint64, call *transport.Call) (missing, silent []int, de *transport.DesyncError) {
 	n, me := pg.cfg.Size, pg.cfg.Rank
 	id := uint64(me+1)<<40 | pg.queries.Add(1)
 	ctx, cancel := context.WithTimeout(pg.ctx, queryWait)
 	defer cancel()
 	var q [8]byte
 	binary.LittleEndian.PutUint64(q[:], id)
-	answers := make([][8]byte, n)
+	answers := make([][answerSize]byte, n)
 	rs := make([]*transport.Recv, n)
 	for p := 0; p < n; p++ {
 		if p == me {
@@ -147,6 +161,14 @@ func (pg *ProcessGroup) missingRanks(seq uint64) (missing, silent []int) {
 		var at uint64
 		if rs[p].Wait(ctx) == nil {
 			at = binary.LittleEndian.Uint64(answers[p][:])
+			st := transport.ParseStamp(answers[p][8:])
+			if call != nil && de == nil && at == seq && st.Op != transport.OpNone {
+				mine := call.To(p)
+				mine.Send, mine.Recv = 0, 0 // the answer's stamp has no pair
+				if !st.Matches(mine) {
+					de = &transport.DesyncError{Rank: me, Peer: p, Mine: mine, Theirs: st}
+				}
+			}
 		} else if n, ok := pg.farewellOf(p); ok {
 			at = n.seq
 		} else {
@@ -156,5 +178,5 @@ func (pg *ProcessGroup) missingRanks(seq uint64) (missing, silent []int) {
 			missing = append(missing, p)
 		}
 	}
-	return missing, silent
+	return missing, silent, de
 }

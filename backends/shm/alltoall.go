@@ -177,7 +177,10 @@ func (a *Arena) allToAllDiff(s0 uint64) *transport.DesyncError {
 	}
 	P := a.size
 	at := func(q, i int) uint64 { return *(*uint64)(a.ptr(a.lay.buf(q, s0) + 8*i)) }
-	e := uint64(max(a.opCall.Elem, 1))
+	e := uint64(1)
+	if b := a.opCall.Blocks; b != nil {
+		e = uint64(max(b.Elem, 1))
+	}
 	for q := 0; q < P; q++ {
 		for r := 0; r < P; r++ {
 			if q == r || at(q, r) == at(r, 2*P+q) {

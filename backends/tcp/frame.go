@@ -65,12 +65,12 @@ func putHeader(b *[headerSize]byte, h header) {
 		clear(b[24:])
 		return
 	}
-	var st [transport.StampSize]byte
-	h.st.Put(st[:])
-	copy(b[3:8], st[:5])
+	// The stamp's encoding less its bytes 5 to 7 (zero), around tag and
+	// length: bytes 0 to 4 at 3, bytes 8 to 47 at 24.
+	h.st.Put(b[16:])
+	b[3], b[4], b[5], b[6], b[7] = b[16], b[17], b[18], 0, 0
 	binary.LittleEndian.PutUint64(b[8:], uint64(h.tag))
 	binary.LittleEndian.PutUint64(b[16:], h.n)
-	copy(b[24:], st[8:])
 }
 
 // stampOf decodes the stamp of header b; any bytes are some stamp.

@@ -182,17 +182,22 @@ func (t Tag) Collective() bool {
 // (CallOf); a Call is never changed once there.
 type Call struct {
 	Stamp
-	Rank      int      // the calling rank
-	Ins, Outs [][]byte // all_to_all: the blocks to and from each rank
-	Elem      int      // all_to_all: bytes per element (1 for bytes)
+	Rank   int     // the calling rank
+	Blocks *Blocks // all_to_all's blocks; nil for other collectives
+}
+
+// Blocks are an all_to_all's blocks to and from each rank.
+type Blocks struct {
+	Ins, Outs [][]byte
+	Elem      int // bytes per element (1 for bytes)
 }
 
 // To is the stamp of this call's messages to peer.
 func (c *Call) To(peer int) Stamp {
 	s := c.Stamp
-	if c.Op == OpAllToAll && peer >= 0 && peer < len(c.Ins) && peer < len(c.Outs) {
-		e := max(c.Elem, 1)
-		s.Send, s.Recv = uint64(len(c.Ins[peer])/e), uint64(len(c.Outs[peer])/e)
+	if b := c.Blocks; b != nil && peer >= 0 && peer < len(b.Ins) && peer < len(b.Outs) {
+		e := max(b.Elem, 1)
+		s.Send, s.Recv = uint64(len(b.Ins[peer])/e), uint64(len(b.Outs[peer])/e)
 	}
 	return s
 }
