@@ -2,8 +2,6 @@ package shm
 
 import (
 	"fmt"
-	"hash/fnv"
-	"sync"
 	"sync/atomic"
 
 	"github.com/godist/godist/libgodist/transport"
@@ -23,11 +21,11 @@ import (
 // (SetCall) and a waiter in the arena compares its peer's with its own at
 // every liveness check.
 
-// callState is the collective this rank runs and the one before (SetCall).
+// callState is what SetCall keeps of the collectives this rank runs (the
+// published copies in the arena are what other goroutines read).
 type callState struct {
-	mu        sync.Mutex
-	cur, prev transport.Stamp
-	prevHash  atomic.Uint64 // stampHash(prev)
+	cur      transport.Stamp // the running collective; only SetCall touches it
+	prevHash atomic.Uint64   // stampHash of the one before
 }
 
 // stampHash is a non-zero digest of a stamped st (0 for none), without its
@@ -36,12 +34,12 @@ func stampHash(st transport.Stamp) uint64 {
 	if st.Op == transport.OpNone {
 		return 0
 	}
-	st.Detail = 0
-	var b [transport.StampSize]byte
-	st.Put(b[:])
-	h := fnv.New64a()
-	h.Write(b[:])
-	return h.Sum64() | 1
+	h := uint64(st.Op) | uint64(st.DType)<<8 | uint64(st.RedOp)<<16 | uint64(uint32(st.Root))<<32
+	for _, w := range [...]uint64{st.Count, st.Seq, st.Send, st.Recv} {
+		h = (h ^ w) * 0x9e3779b97f4a7c15
+		h ^= h >> 29
+	}
+	return h | 1
 }
 
 // putStamp writes the running collective's stamp, and the hash of the one
@@ -86,11 +84,9 @@ func (a *Arena) stampDiff(q int, st transport.Stamp, prev uint64) *transport.Des
 	if prev == a.opPrev || prev == 0 || a.opPrev == 0 {
 		return nil
 	}
-	a.calls.mu.Lock()
-	mine := a.calls.prev
-	a.calls.mu.Unlock()
-	theirs, ok := a.peerCall(q, 1)
-	if !ok || mine.Seq != theirs.Seq {
+	mine, ok := a.peerCall(a.rank, 1)
+	theirs, ok2 := a.peerCall(q, 1)
+	if !ok || !ok2 || mine.Seq != theirs.Seq {
 		return nil // the peer's published call changes only at its Track, before this collective
 	}
 	return &transport.DesyncError{Rank: a.globalRank(a.rank), Peer: a.globalRank(q), Mine: mine, Theirs: theirs}
@@ -113,10 +109,8 @@ func (a *Arena) SetCall(c *transport.Call) {
 	defer a.exit()
 	st := c.Stamp
 	st.Send, st.Recv = 0, 0
-	a.calls.mu.Lock()
-	a.calls.prev, a.calls.cur = a.calls.cur, st
-	prev := a.calls.prev
-	a.calls.mu.Unlock()
+	prev := a.calls.cur
+	a.calls.cur = st
 	a.calls.prevHash.Store(stampHash(prev))
 	off := a.ctl(a.rank) + ctlCall
 	ver := a.u64(off)
@@ -159,11 +153,9 @@ func (a *Arena) crossCheck(op string, q int) error {
 	if !ok || st.Op == transport.OpNone {
 		return nil
 	}
-	a.calls.mu.Lock()
-	cur, prev := a.calls.cur, a.calls.prev
-	a.calls.mu.Unlock()
-	for _, mine := range [2]transport.Stamp{cur, prev} {
-		if mine.Op != transport.OpNone && mine.Seq == st.Seq && !st.Matches(mine) {
+	for i := range 2 {
+		mine, ok := a.peerCall(a.rank, i)
+		if ok && mine.Op != transport.OpNone && mine.Seq == st.Seq && !st.Matches(mine) {
 			return a.desyncErr(op, q, &transport.DesyncError{Rank: a.globalRank(a.rank), Peer: a.globalRank(q), Mine: mine, Theirs: st})
 		}
 	}

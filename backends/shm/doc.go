@@ -49,7 +49,7 @@
 //	  48  i64 single-copy threshold
 //	  64  u32 joined (multi-writer: ranks that mapped the file)
 //	  128 u32 probed (multi-writer: ranks that published their direct verdict)
-//	control, 1024 bytes per rank at 4096 + 1024*r
+//	control, 1152 bytes per rank at 4096 + 1152*r
 //	  0    u32 state (free, joining, active, closed, failed)   4 i32 cause rank
 //	  8    i64 pid   16 u64 pid namespace   24 u32 cause kind
 //	  32   u64 address of this rank's probe word   40 u32 direct verdict
@@ -63,7 +63,7 @@
 //	         then at +64 InlineSize (256) bytes of inline payload
 //	  576  step block, parity 1
 //	  896  u32 doorbell (multi-writer: senders), u32 receiver sleeping
-//	  920  u64 version (odd while written), the fingerprints of the
+//	  1024 u64 version (odd while written), the fingerprints of the
 //	       collective this rank runs and of the one before (48 bytes each)
 //	data, page aligned: per rank two slot halves of C bytes, rank r's half
 //	  b at dataBase + (2r+b)*C

@@ -70,9 +70,10 @@ const (
 	ctlDoorOff = ctlBell + 20
 	// ctlCall is the collective this rank runs and the one before
 	// (desync.go): a u64 version, odd while the owner rewrites them, then
-	// two transport.Stamp encodings.
-	ctlCall   = 920
-	ctlStride = 1024
+	// two transport.Stamp encodings; on lines of their own, rewritten once
+	// per collective and read by peers only while they wait.
+	ctlCall   = 1024
+	ctlStride = 1152
 
 	// Step block fields: then the fingerprint of the collective that
 	// published it (desync.go): u32 op | dtype<<8 | reduce op<<16, i32

@@ -73,12 +73,16 @@ func putHeader(b *[headerSize]byte, h header) {
 	binary.LittleEndian.PutUint64(b[16:], h.n)
 }
 
-// stampOf decodes the stamp of header b; any bytes are some stamp.
+// stampOf decodes the stamp of header b (transport.ParseStamp's fields,
+// where putHeader puts them); any bytes are some stamp.
 func stampOf(b *[headerSize]byte) transport.Stamp {
-	var st [transport.StampSize]byte
-	copy(st[:5], b[3:8])
-	copy(st[8:], b[24:])
-	return transport.ParseStamp(st[:])
+	return transport.Stamp{Op: transport.OpCode(b[3]), DType: b[4], RedOp: b[5],
+		Root:   int32(binary.LittleEndian.Uint32(b[24:])),
+		Detail: binary.LittleEndian.Uint32(b[28:]),
+		Count:  binary.LittleEndian.Uint64(b[32:]),
+		Seq:    binary.LittleEndian.Uint64(b[40:]),
+		Send:   binary.LittleEndian.Uint64(b[48:]),
+		Recv:   binary.LittleEndian.Uint64(b[56:])}
 }
 
 func parseHeader(b *[headerSize]byte) (header, error) {
