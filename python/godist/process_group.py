@@ -24,7 +24,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import _checks, _errors, _fast, _lib, _log, _rendezvous, _types
+from . import _checks, _desync, _errors, _fast, _lib, _log, _rendezvous, _types
 from ._args import _async, _desc, _Outputs
 from .work import combine, submit
 
@@ -91,7 +91,10 @@ class GodistProcessGroup(dist.ProcessGroup):
         self._dev = None
         self._closed = False
         self._close_lock = threading.Lock()
-        self._detail = _detail_mode()
+        # Under TORCH_DISTRIBUTED_DEBUG=DETAIL ops describe their tensors'
+        # shapes (godist._desync) and the fast paths step aside.
+        self._detail = _desync.detail_mode()
+        self._details = _desync.details if self._detail else _desync.nothing
         lib = _lib.load()
         _log.set_rank(rank)
         _dump_on_signal(lib)
@@ -292,20 +295,6 @@ class GodistProcessGroup(dist.ProcessGroup):
         code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
         return {"dtype": _checks.dtype_code(op, name, t), "reduce_op": code, "factor": factor}
 
-    def _details(self, op, **tensors):
-        """An op's detail field under TORCH_DISTRIBUTED_DEBUG=DETAIL: the
-        shapes of the tensors every rank passes alike, which the ranks then
-        compare (a difference fails the op with GodistDesyncError)."""
-        if not self._detail:
-            return {}
-        parts = []
-        for name, t in tensors.items():
-            if isinstance(t, (list, tuple)):
-                parts.append(f"{name}=[{', '.join(_types.describe(x) for x in t)}]")
-            else:
-                parts.append(f"{name}={_types.describe(t)}")
-        return {"detail": f"{op}({', '.join(parts)})".encode()}
-
     def _submit(self, op, outputs, calls, outs=None, keep=None, async_op=True):
         fin = outs.finalizer() if outs is not None else None
         return self._track(submit(op, outputs, calls, fin, keep=keep, async_op=async_op))
@@ -477,7 +466,8 @@ class GodistProcessGroup(dist.ProcessGroup):
         elif input_tensors and any(len(x) for x in input_tensors):
             raise ValueError(f"godist: {op}: input_tensors must be empty on non-root ranks")
         calls = [(self._raw_scatter, self._op(opts, out=_desc(obuf), ins=[_desc(t) for t in lst], root=root,
-                                              dtype=_types.dtype_or_bytes(out), **self._details(op, output_tensor=out)))]
+                                              dtype=_types.dtype_or_bytes(out),
+                                              **self._details(op, output_tensor=out)))]
         return self._submit(op, output_tensors, calls, outs, keep=(obuf, lst), async_op=_async(opts))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
@@ -625,17 +615,6 @@ class GodistProcessGroup(dist.ProcessGroup):
     _reduce_scatter_base = reduce_scatter_single
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
     alltoall_base = all_to_all_single
-
-
-def _detail_mode() -> bool:
-    """Whether TORCH_DISTRIBUTED_DEBUG is DETAIL (as torch read it when it
-    was imported, or as the environment says now)."""
-    if os.environ.get("TORCH_DISTRIBUTED_DEBUG", "").strip().upper() == "DETAIL":
-        return True
-    try:
-        return dist.get_debug_level() == dist.DebugLevel.DETAIL
-    except (AttributeError, RuntimeError):
-        return False
 
 
 def _godist_backend(group):
