@@ -463,8 +463,14 @@ func TestKilledPeerFailsOthers(t *testing.T) {
 	net.Kill(2)
 	start := time.Now()
 	errs := onAll(t, pgs[:2], func(r int, pg *ProcessGroup) (*Work, error) { return pg.Barrier(Opts{}) })
-	for _, err := range errs {
+	for r, err := range errs {
 		require.ErrorIs(t, err, transport.ErrConnLost)
+		// Rank 1 waits for rank 0 in the first round: its receive fails
+		// because rank 2's connection was lost, and rank 2 is named.
+		var oe *OpError
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, 2, oe.Peer, "rank %d: %v", r, err)
+		require.Contains(t, err.Error(), "failed with rank 2", "rank %d", r)
 	}
 	require.Less(t, time.Since(start), 2*time.Second)
 }

@@ -200,8 +200,7 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 		return pg.desyncOpError(t.w.Op, t.w.Seq, de, t.detail)
 	}
 	oe := &OpError{Op: t.w.Op, Seq: t.w.Seq, Group: pg.cfg.Group, Peer: -1, Err: err}
-	var pe *transport.PeerError
-	if errors.As(err, &pe) {
+	if pe := rootPeerError(err); pe != nil {
 		oe.Peer = pe.Peer
 	}
 	var me *monitoredError
@@ -232,6 +231,24 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 	}
 	pg.breakWith(oe)
 	return oe
+}
+
+// rootPeerError is the innermost *transport.PeerError in err's chain: a
+// receive from one rank that failed because the connection of another
+// was lost (the mailbox fails all receives then) names the receive's rank
+// outside and the lost one inside.
+func rootPeerError(err error) *transport.PeerError {
+	var pe *transport.PeerError
+	if !errors.As(err, &pe) {
+		return nil
+	}
+	for {
+		var inner *transport.PeerError
+		if !errors.As(pe.Err, &inner) {
+			return pe
+		}
+		pe = inner
+	}
 }
 
 // Close shuts the group down gracefully: queued work fails with ErrClosed,
