@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godist/godist/assemble"
+	"github.com/godist/godist/backends/shm"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
@@ -269,4 +273,58 @@ func TestOffloaderFailureClosesCleanly(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close hung after a failed Connect")
 	}
+}
+
+// TestArenaNotCreatedFallsBackAtOnce: when rank 0 cannot create the
+// group's arena file (here a file of that name is in the way; in life
+// /dev/shm is full or too small), every rank learns it at once and the
+// group runs over TCP. The others used to wait for a usable file until the
+// open timed out (10 s, or the whole group timeout when that was shorter,
+// failing the group).
+func TestArenaNotCreatedFallsBackAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	old := shm.DefaultDir
+	shm.DefaultDir = dir
+	t.Cleanup(func() { shm.DefaultDir = old })
+	const n = 3
+	pgs := make([]*ProcessGroup, n)
+	recs := make([][]byte, n)
+	for r := range pgs {
+		pg, err := New(Config{Rank: r, Size: n, Group: "noarena", Timeout: 20 * time.Second}, backends(t, assemble.TransportAuto))
+		require.NoError(t, err)
+		pgs[r] = pg
+		recs[r], err = pg.LocalRecord()
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, pg := range pgs {
+			wg.Add(1)
+			go func() { defer wg.Done(); pg.Close() }()
+		}
+		wg.Wait()
+	})
+	rec0, err := wire.UnmarshalPeerRecord(recs[0])
+	require.NoError(t, err)
+	h := fnv.New64a()
+	h.Write([]byte("noarena"))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("godist-%016x-%016x", rec0.Session, h.Sum64())), nil, 0o600))
+	start := time.Now()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, pg := range pgs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = pg.Connect(recs, 20*time.Second) }()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	require.Less(t, time.Since(start), 3*time.Second)
+	for r, pg := range pgs {
+		require.Equal(t, "", pg.Offload(), "rank %d", r)
+	}
+	requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+		return pg.AllReduce(i64s(int64(r)), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+	}))
 }

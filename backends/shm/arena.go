@@ -109,6 +109,64 @@ func Open(ctx context.Context, cfg Config) (*Arena, error) {
 	if err != nil {
 		return nil, err
 	}
+	return attach(ctx, cfg, path, mem, p)
+}
+
+// Created is an arena file made by Create, not yet joined by the other
+// local ranks.
+type Created struct {
+	cfg  Config
+	path string
+	mem  []byte
+	p    params
+}
+
+// Create does the part of Open (ModeCreate) that needs no other rank: it
+// creates, sizes and initializes the arena file, so that a directory
+// without room for it fails here, at once, before any rank waits for the
+// file. Created.Open then waits for the local ranks as Open does;
+// Created.Discard removes the file instead.
+func Create(cfg Config) (*Created, error) {
+	if !supported {
+		return nil, ErrUnsupported
+	}
+	if cfg.Mode != ModeCreate {
+		return nil, invalidf("Create needs ModeCreate")
+	}
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(cfg.Dir, cfg.Name)
+	mem, p, err := create(path, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Created{cfg: cfg, path: path, mem: mem, p: p}, nil
+}
+
+// Open waits for every local rank to map the arena, as Open does. It may
+// be called once.
+func (c *Created) Open(ctx context.Context) (*Arena, error) {
+	mem := c.mem
+	c.mem = nil
+	if mem == nil {
+		return nil, invalidf("arena %s was already opened or discarded", c.path)
+	}
+	return attach(ctx, c.cfg, c.path, mem, c.p)
+}
+
+// Discard removes and unmaps an arena that will not be opened.
+func (c *Created) Discard() {
+	if c.mem != nil {
+		_ = unlink(c.path)
+		_ = unmap(c.mem)
+		c.mem = nil
+	}
+}
+
+// attach makes the Arena of a mapped arena file and joins it (Open's
+// second half).
+func attach(ctx context.Context, cfg Config, path string, mem []byte, p params) (*Arena, error) {
 	a := &Arena{path: path, rank: cfg.Rank, size: cfg.Size, global: cfg.GlobalRanks,
 		lay: newLayout(p), mem: mem, base: unsafe.Pointer(unsafe.SliceData(mem)),
 		step: 1, seenD: make([]uint64, cfg.Size)}

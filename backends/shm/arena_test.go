@@ -72,6 +72,43 @@ func TestOpenTimeoutWhenRankMissing(t *testing.T) {
 	require.ErrorIs(t, err, fs.ErrNotExist, "a failed open must not leak the file")
 }
 
+// TestCreateThenOpen: Create makes the file without waiting for anyone;
+// the others join it and Created.Open returns the creator's arena.
+// Discard removes a file that will not be opened.
+func TestCreateThenOpen(t *testing.T) {
+	name := uniqueName()
+	c, err := Create(Config{Name: name, Rank: 0, Size: 2, Mode: ModeCreate})
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(DefaultDir, name))
+	require.NoError(t, err, "Create makes the file at once")
+	ctx := testCtx(t, 5*time.Second)
+	joined := make(chan error, 1)
+	var other *Arena
+	go func() {
+		var err error
+		other, err = Open(ctx, Config{Name: name, Rank: 1, Size: 2, Mode: ModeJoin})
+		joined <- err
+	}()
+	a, err := c.Open(ctx)
+	require.NoError(t, err)
+	require.NoError(t, <-joined)
+	arenas := []*Arena{a, other}
+	requireAllOK(t, onAll(arenas, func(r int, a *Arena) error { return a.Barrier(testCtx(t, 5*time.Second)) }), "barrier")
+	closeAll(arenas)
+	_, err = c.Open(ctx)
+	require.ErrorIs(t, err, ErrInvalid, "a Created opens once")
+
+	name = uniqueName()
+	c, err = Create(Config{Name: name, Rank: 0, Size: 2, Mode: ModeCreate})
+	require.NoError(t, err)
+	c.Discard()
+	_, err = os.Stat(filepath.Join(DefaultDir, name))
+	require.ErrorIs(t, err, fs.ErrNotExist, "Discard removes the file")
+
+	_, err = Create(Config{Name: uniqueName(), Rank: 0, Size: 2, Mode: ModeJoin})
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
 func TestOpenJoinWithoutCreator(t *testing.T) {
 	_, err := Open(testCtx(t, 50*time.Millisecond), Config{Name: uniqueName(), Rank: 1, Size: 2, Mode: ModeJoin})
 	require.ErrorIs(t, err, transport.ErrTimeout)

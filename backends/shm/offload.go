@@ -101,16 +101,26 @@ func (o *Offloader) JoinHost(ctx context.Context, s *backend.Setup, host []int, 
 	}
 	if len(host) == 1 {
 		o.Close()
-		// Take part in the open's agreement.
-		_, err := s.Agree(ctx, true)
-		return nil, tr, err
+		// Take part in the open's agreements.
+		for range openRounds {
+			if _, err := s.Agree(ctx, true); err != nil {
+				return nil, tr, err
+			}
+		}
+		return nil, tr, nil
 	}
 	return o.open(ctx, s, host, arenaName(s.Session, fmt.Sprintf("%s/host%d", s.Group, host[0])), tr)
 }
 
+// openRounds is the number of agreements open takes part in.
+const openRounds = 2
+
 // open creates or joins the arena of ranks (group ranks, ascending, this
 // one among them), agrees with every rank of the group that every arena
-// opened, and routes the messages to ranks through it.
+// opened, and routes the messages to ranks through it. The ranks first
+// agree that every arena's file was created, so that where one cannot be
+// (/dev/shm full or too small) every rank falls back at once instead of
+// waiting openTimeout for a file that will never appear.
 func (o *Offloader) open(ctx context.Context, s *backend.Setup, ranks []int, name string, tr transport.Transport) (backend.Offload, transport.Transport, error) {
 	o.Close()
 	under := tr.(Underlay)
@@ -120,7 +130,13 @@ func (o *Offloader) open(ctx context.Context, s *backend.Setup, ranks []int, nam
 			me = i
 		}
 	}
-	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	// Leave time for the agreement after a failed open: the group falls
+	// back to TCP rather than failing.
+	wait := openTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
+	octx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	mode := ModeJoin
 	if me == 0 {
@@ -130,11 +146,34 @@ func (o *Offloader) open(ctx context.Context, s *backend.Setup, ranks []int, nam
 	if len(ranks) != s.Size {
 		cfg.GlobalRanks = ranks
 	}
-	a, oerr := Open(octx, cfg)
-	if oerr != nil {
-		glog.Warnf("godist: group %q rank %d: opening its shared-memory arena failed, the group uses TCP: %v", s.Group, s.Rank, oerr)
+	warn := func(err error) {
+		glog.Warnf("godist: group %q rank %d: opening its shared-memory arena failed, the group uses TCP: %v", s.Group, s.Rank, err)
 	}
-	ok, err := s.Agree(ctx, oerr == nil)
+	var created *Created
+	var cerr error
+	if me == 0 {
+		if created, cerr = Create(cfg); cerr != nil {
+			warn(cerr)
+		}
+	}
+	ok, err := s.Agree(ctx, cerr == nil)
+	if err != nil || !ok {
+		if created != nil {
+			created.Discard()
+		}
+		return nil, tr, err
+	}
+	var a *Arena
+	var oerr error
+	if created != nil {
+		a, oerr = created.Open(octx)
+	} else {
+		a, oerr = Open(octx, cfg)
+	}
+	if oerr != nil {
+		warn(oerr)
+	}
+	ok, err = s.Agree(ctx, oerr == nil)
 	if err != nil || !ok {
 		if a != nil {
 			a.Close()
