@@ -241,10 +241,11 @@ func (l *Listener) acceptAll(ctx context.Context, n int, peers []*peer, mu *sync
 					defer wg.Done()
 					from, err := l.serverHandshake(hctx, c, claimed, mu)
 					if err != nil {
-						if hctx.Err() == nil {
-							glog.Warnf("godist: rank %d of group %q refused a connection from %s: %v",
-								l.cfg.Rank, l.cfg.Group, c.RemoteAddr(), err)
+						if hctx.Err() != nil {
+							err = errors.New("the group formed before its handshake")
 						}
+						glog.Warnf("godist: rank %d of group %q refused a connection from %s: %v",
+							l.cfg.Rank, l.cfg.Group, c.RemoteAddr(), err)
 						_ = c.Close()
 						return
 					}
@@ -321,8 +322,9 @@ func (l *Listener) serverHandshake(ctx context.Context, c *net.TCPConn, claimed 
 		return 0, fmt.Errorf("%w: %w", errHandshake, err)
 	}
 	reject := func(why string) (int, error) {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = c.Write([]byte{1})
-		return 0, fmt.Errorf("%w: %s", errHandshake, why)
+		return 0, fmt.Errorf("%w: %s (group %q, rank %d to rank %d of %d)", errHandshake, why, h.Group, h.FromRank, h.ToRank, h.WorldSize)
 	}
 	switch {
 	case h.Session != cfg.Session || h.Group != cfg.Group:

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"math"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/transport/transporttest"
 )
@@ -231,6 +234,57 @@ func TestHandshakeRejectsStrangers(t *testing.T) {
 	require.NoError(t, err)
 	defer c2.Close()
 	require.NoError(t, <-done)
+}
+
+// TestStrangersHoldUpNoRank: connections that send nothing, or half a
+// handshake, wait in the accept queue ahead of the real peer. The peer
+// still gets in at once (handshakes used to be read one connection at a
+// time, for up to handshakeTimeout each, so a silent stranger failed the
+// group's setup); the strangers are closed once the group formed, and
+// every refused connection is logged.
+func TestStrangersHoldUpNoRank(t *testing.T) {
+	glog.Reset()
+	ln, err := Listen(Config{Rank: 0, Size: 2, Session: 7, Group: "g", Hosts: []string{"127.0.0.1"}})
+	require.NoError(t, err)
+	port := ln.Port()
+	var strangers []net.Conn
+	for _, first := range [][]byte{nil, {100, 0, 0, 0, 1}, []byte("GET / HTTP/1.0\r\n\r\n")} {
+		c, err := net.Dial("tcp", "127.0.0.1:"+itoa(port))
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = c.Write(first)
+		require.NoError(t, err)
+		strangers = append(strangers, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		tr, err := ln.Connect(ctx, []Endpoint{{Addrs: []string{"127.0.0.1"}, Port: port}, {}})
+		if tr != nil {
+			t.Cleanup(func() { tr.Abort(transport.ErrClosed) })
+		}
+		done <- err
+	}()
+	c, err := dial(ctx, Config{Rank: 1, Size: 2, Session: 7, Group: "g"}, 0, Endpoint{Addrs: []string{"127.0.0.1"}, Port: port})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, <-done)
+	require.Less(t, time.Since(start), time.Second)
+	for i, s := range strangers {
+		_ = s.SetReadDeadline(time.Now().Add(2 * time.Second))
+		n, err := s.Read(make([]byte, 1))
+		require.Zero(t, n, "stranger %d", i)
+		require.False(t, errors.Is(err, os.ErrDeadlineExceeded), "stranger %d was not closed", i)
+	}
+	var refused int
+	for _, r := range glog.Drain(0, func(glog.Record) bool { return true }) {
+		if strings.Contains(r.Msg, "refused a connection") {
+			refused++
+		}
+	}
+	require.Equal(t, len(strangers), refused)
 }
 
 func TestFrameHeaderRoundTrip(t *testing.T) {
