@@ -26,7 +26,8 @@ type peer struct {
 	wmu sync.Mutex
 	hdr [headerSize]byte // guarded by wmu
 
-	goodbye    atomic.Bool // the peer said goodbye
+	goodbye    atomic.Bool                         // the peer said goodbye
+	lost       atomic.Pointer[transport.PeerError] // why the connection failed (without a goodbye)
 	readerDone chan struct{}
 
 	// Waiters reading this socket themselves keep the reader goroutine

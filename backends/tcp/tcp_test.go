@@ -208,6 +208,34 @@ func TestAbortLooksLikeDeadPeer(t *testing.T) {
 	require.Equal(t, 2, pe.Peer)
 }
 
+// TestSendAfterThirdPeerLoss: rank 2's connection is lost. Every receive
+// of ranks 0 and 1 fails, and a send to rank 2 fails at once, but rank 0
+// can still send to rank 1 (the farewell that says why it leaves the
+// group), and rank 1 receives it.
+func TestSendAfterThirdPeerLoss(t *testing.T) {
+	trs := connectLoopback(t, 3)
+	trs[2].Abort(errors.New("killed"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.Eventually(t, func() bool { return trs[0].mb.Err() != nil }, 5*time.Second, time.Millisecond)
+	err := trs[0].Send(ctx, 2, transport.P2PTag(5), []byte("why"))
+	require.ErrorIs(t, err, transport.ErrConnLost)
+	var pe *transport.PeerError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, 2, pe.Peer)
+	require.NoError(t, trs[0].Send(ctx, 1, transport.P2PTag(5), []byte("why")))
+	buf := make([]byte, 3)
+	require.Eventually(t, func() bool {
+		r := trs[1].PostRecv(0, transport.P2PTag(5), buf)
+		wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer wcancel()
+		err := r.Wait(wctx)
+		r.Cancel(transport.ErrClosed)
+		return err == nil
+	}, 5*time.Second, time.Millisecond)
+	require.Equal(t, "why", string(buf))
+}
+
 func TestHandshakeRejectsStrangers(t *testing.T) {
 	ln, err := Listen(Config{Rank: 0, Size: 2, Session: 7, Group: "g", Hosts: []string{"127.0.0.1"}})
 	require.NoError(t, err)

@@ -290,7 +290,10 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, data 
 	if p.goodbye.Load() {
 		return &transport.PeerError{Op: "send", Peer: peer, Err: transport.ErrPeerGone}
 	}
-	if err := t.mb.PeerErr(peer); err != nil {
+	// A connection that failed fails every receive (the mailbox), but
+	// only sends to its own peer: the others still get this rank's
+	// farewell, which tells them why it leaves.
+	if err := p.lost.Load(); err != nil {
 		return &transport.PeerError{Op: "send", Peer: peer, Err: err}
 	}
 	if err := p.send(ctx, header{kind: kindData, tag: tag, n: uint64(len(data)), st: st}, data, t.waitRoom); err != nil {
@@ -328,12 +331,16 @@ func (t *Transport) peerEnded(p *peer, err error) {
 	case p.goodbye.Load():
 		// The peer said goodbye and then closed: expected.
 	case errors.Is(err, errCorrupt):
-		t.mb.Fail(&transport.PeerError{Op: "read", Peer: p.rank, Err: err})
+		perr := &transport.PeerError{Op: "read", Peer: p.rank, Err: err}
+		p.lost.Store(perr)
+		t.mb.Fail(perr)
 	default:
 		if isClosedErr(err) {
 			err = fmt.Errorf("connection closed locally")
 		}
-		t.mb.Fail(&transport.PeerError{Op: "read", Peer: p.rank, Err: fmt.Errorf("%w: %v", transport.ErrConnLost, err)})
+		perr := &transport.PeerError{Op: "read", Peer: p.rank, Err: fmt.Errorf("%w: %v", transport.ErrConnLost, err)}
+		p.lost.Store(perr)
+		t.mb.Fail(perr)
 	}
 }
 
