@@ -475,6 +475,27 @@ func TestKilledPeerFailsOthers(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second)
 }
 
+// TestLostPeerInRecvBreaksGroup: a receive that fails because its peer's
+// connection was lost breaks the group as a collective's failure does:
+// the next op is refused and says why (the farewell of a rank that leaves
+// after it carries the same), and the error names the lost rank.
+func TestLostPeerInRecvBreaksGroup(t *testing.T) {
+	pgs, net := group(t, 3, 10*time.Second)
+	net.Kill(2)
+	w, err := pgs[0].Recv(make([]byte, 8), transport.AnySource, 0, Opts{})
+	require.NoError(t, err)
+	err = w.Err()
+	require.ErrorIs(t, err, transport.ErrConnLost)
+	var oe *OpError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, 2, oe.Peer, "%v", err)
+	w, err = pgs[0].Barrier(Opts{})
+	require.NoError(t, err)
+	err = w.Err()
+	require.ErrorIs(t, err, ErrBroken)
+	require.ErrorContains(t, err, "recv (seq 0)")
+}
+
 func TestInvalidArguments(t *testing.T) {
 	pgs, _ := group(t, 2, time.Second)
 	_, err := pgs[0].AllReduce(make([]byte, 3), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})

@@ -2,6 +2,7 @@ package libgodist
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -234,7 +235,7 @@ func (pg *ProcessGroup) Send(buf []byte, peer int, tag int64, o Opts) (*Work, er
 	defer ctx.cancel()
 	err := pg.tr.Send(ctx, peer, transport.P2PTag(tag), buf)
 	if err != nil {
-		err = &OpError{Op: "send", Group: pg.cfg.Group, Peer: peer, Err: err, After: timeout}
+		err = pg.p2pError("send", peer, err, timeout)
 	}
 	return completedWork("send", 0, err), nil
 }
@@ -262,9 +263,24 @@ func (pg *ProcessGroup) Recv(buf []byte, peer int, tag int64, o Opts) (*Work, er
 		stop()
 		err := r.Err()
 		if err != nil {
-			err = &OpError{Op: "recv", Group: pg.cfg.Group, Peer: peer, Err: err, After: timeout}
+			err = pg.p2pError("recv", peer, err, timeout)
 		}
 		w.finish(err, r.Source())
 	})
 	return w, nil
+}
+
+// p2pError is the error of a send or receive with peer that failed. As
+// for a collective, the rank at fault is the innermost one named, and a
+// transport failure (a lost connection, a peer that left) breaks the
+// group, so that this rank's farewell tells the others why it leaves.
+func (pg *ProcessGroup) p2pError(op string, peer int, err error, timeout time.Duration) error {
+	oe := &OpError{Op: op, Group: pg.cfg.Group, Peer: peer, Err: err, After: timeout}
+	if pe := rootPeerError(err); pe != nil && pe.Peer >= 0 {
+		oe.Peer = pe.Peer
+	}
+	if errors.Is(err, transport.ErrConnLost) || errors.Is(err, transport.ErrPeerGone) {
+		pg.breakWith(oe)
+	}
+	return oe
 }

@@ -69,7 +69,9 @@ type ProcessGroup struct {
 	desyncShown bool                   // a collective failed with desync; guarded by mu
 	broken      error                  // first fatal error; guarded by mu
 	closed      bool                   // guarded by mu
-	farewells   map[int]farewellNote   // peers' farewells read so far; guarded by mu
+
+	fwMu      sync.Mutex           // one farewell lookup at a time
+	farewells map[int]farewellNote // peers' farewells read so far; guarded by fwMu
 
 	dev *devicePath // device memory (CUDA tensors); nil for groups made without backends
 
@@ -225,7 +227,9 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 			return pg.desyncOpError(t.w.Op, t.w.Seq, de, t.detail)
 		}
 	} else if oe.Peer >= 0 && errors.Is(err, transport.ErrPeerGone) {
-		if n, ok := pg.farewellOf(oe.Peer); ok {
+		// The peer sent its farewell before it left; through shared
+		// memory it may still be on its way.
+		if n, ok := pg.farewellOf(oe.Peer, farewellWait); ok {
 			oe.PeerLeft = n.why
 		}
 	}

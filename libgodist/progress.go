@@ -61,18 +61,34 @@ func (pg *ProcessGroup) farewell() {
 	}
 }
 
-// farewellOf returns peer p's farewell, if it has arrived.
-func (pg *ProcessGroup) farewellOf(p int) (farewellNote, bool) {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
+// farewellOf returns peer p's farewell, if it has arrived or arrives
+// within wait.
+func (pg *ProcessGroup) farewellOf(p int, wait time.Duration) (farewellNote, bool) {
+	pg.fwMu.Lock()
+	defer pg.fwMu.Unlock()
 	if n, ok := pg.farewells[p]; ok {
 		return n, true
 	}
 	var a [farewellSize]byte
-	r := pg.tr.PostRecv(p, farewellTag, a[:])
-	r.Cancel(ErrClosed) // a farewell that arrived has matched already
-	if r.Err() != nil {
-		return farewellNote{}, false
+	deadline := time.Now().Add(wait)
+	for {
+		r := pg.tr.PostRecv(p, farewellTag, a[:])
+		if wait > 0 {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			_ = r.Wait(ctx)
+			cancel()
+		}
+		r.Cancel(ErrClosed) // a farewell that arrived has matched already
+		if r.Err() == nil {
+			break
+		}
+		// A mailbox that failed (another peer's connection was lost)
+		// refuses a receive at once, while the farewell may still be on
+		// its way through shared memory: look again.
+		if !time.Now().Before(deadline) {
+			return farewellNote{}, false
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 	why := a[8:]
 	if i := bytes.IndexByte(why, 0); i >= 0 {
@@ -169,7 +185,7 @@ func (pg *ProcessGroup) missingRanks(seq uint64, call *transport.Call) (missing,
 					de = &transport.DesyncError{Rank: me, Peer: p, Mine: mine, Theirs: st}
 				}
 			}
-		} else if n, ok := pg.farewellOf(p); ok {
+		} else if n, ok := pg.farewellOf(p, 0); ok {
 			at = n.seq
 		} else {
 			silent = append(silent, p)
