@@ -236,6 +236,26 @@ func TestSendAfterThirdPeerLoss(t *testing.T) {
 	require.Equal(t, "why", string(buf))
 }
 
+// TestSendFailureKeepsOtherPeers: a send to rank 2 fails on a broken
+// connection; the group is broken (receives fail) but rank 0 still reaches
+// rank 1. A failed write used to abort every connection of the transport.
+func TestSendFailureKeepsOtherPeers(t *testing.T) {
+	trs := connectLoopback(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	trs[0].BreakPeer(2)
+	err := trs[0].Send(ctx, 2, transport.P2PTag(5), make([]byte, 1<<20))
+	require.Error(t, err)
+	var pe *transport.PeerError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, 2, pe.Peer)
+	require.Error(t, trs[0].PostRecv(1, transport.P2PTag(6), make([]byte, 1)).Wait(ctx), "the group is broken")
+	require.NoError(t, trs[0].Send(ctx, 1, transport.P2PTag(5), []byte("why")))
+	buf := make([]byte, 3)
+	require.NoError(t, trs[1].PostRecv(0, transport.P2PTag(5), buf).Wait(ctx))
+	require.Equal(t, "why", string(buf))
+}
+
 func TestHandshakeRejectsStrangers(t *testing.T) {
 	ln, err := Listen(Config{Rank: 0, Size: 2, Session: 7, Group: "g", Hosts: []string{"127.0.0.1"}})
 	require.NoError(t, err)

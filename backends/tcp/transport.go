@@ -297,9 +297,14 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, data 
 		return &transport.PeerError{Op: "send", Peer: peer, Err: err}
 	}
 	if err := p.send(ctx, header{kind: kindData, tag: tag, n: uint64(len(data)), st: st}, data, t.waitRoom); err != nil {
-		// A partial frame may have been written: the stream is unusable.
+		// A partial frame may have been written: the stream to this peer
+		// is unusable, and the group broken (every receive fails). The
+		// connections to the other peers stay up for this rank's
+		// farewell.
 		perr := &transport.PeerError{Op: "send", Peer: peer, Err: describe(err)}
-		t.Abort(perr)
+		p.lost.CompareAndSwap(nil, perr)
+		t.mb.Fail(perr)
+		t.BreakPeer(peer)
 		return perr
 	}
 	return nil
@@ -332,14 +337,14 @@ func (t *Transport) peerEnded(p *peer, err error) {
 		// The peer said goodbye and then closed: expected.
 	case errors.Is(err, errCorrupt):
 		perr := &transport.PeerError{Op: "read", Peer: p.rank, Err: err}
-		p.lost.Store(perr)
+		p.lost.CompareAndSwap(nil, perr)
 		t.mb.Fail(perr)
 	default:
 		if isClosedErr(err) {
 			err = fmt.Errorf("connection closed locally")
 		}
 		perr := &transport.PeerError{Op: "read", Peer: p.rank, Err: fmt.Errorf("%w: %v", transport.ErrConnLost, err)}
-		p.lost.Store(perr)
+		p.lost.CompareAndSwap(nil, perr)
 		t.mb.Fail(perr)
 	}
 }
