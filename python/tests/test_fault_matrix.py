@@ -298,9 +298,8 @@ def test_sigkill_during_mixed_collectives(job_of, seed):
         assert out["wrong"] == [], f"{what}: rank {r} got wrong values: {out['wrong']}"
         assert e["is_godist_error"] and e["is_dist_error"], f"{what}: rank {r}: {e}"
         assert e["cause"] in ("conn_lost", "peer_left", "timeout"), f"{what}: rank {r}: {e}"
-        # The killed rank, or a survivor that left the group first.
-        assert f"rank {v}" in e["msg"] or (e["cause"] == "peer_left" and e["peer"] in members), \
-            f"{what}: rank {r}: the error names neither rank {v} nor a rank that left: {e['msg']}"
+        # The killed rank, directly or as the reason a survivor left first.
+        assert f"rank {v}" in e["msg"], f"{what}: rank {r}: the error does not name rank {v}: {e['msg']}"
         assert e["elapsed"] < TIMEOUT_S + BOUND_S, f"{what}: rank {r} took {e['elapsed']:.1f}s to fail"
         check_leaks(seed, r, out)
         check_recovered(seed, r, out)
@@ -340,7 +339,9 @@ def test_sigstop_others_time_out_naming_it(job_of, transport):
         assert e["is_godist_error"], f"{what}: rank {r}: {e}"
         if r != v:
             assert e["is_timeout"] and e["cause"] == "timeout", f"{what}: rank {r}: {e}"
-            assert e["missing_ranks"] == [v], f"{what}: rank {r}: {e}"
+            # A survivor still waiting for it in the op before is missing
+            # too, but only the stopped rank does not answer.
+            assert v in e["missing_ranks"], f"{what}: rank {r}: {e}"
             assert f"rank(s) [{v}] did not answer" in e["msg"], f"{what}: rank {r}: {e['msg']}"
             assert e["elapsed"] < TIMEOUT_S + BOUND_S, f"{what}: rank {r} took {e['elapsed']:.1f}s to fail"
         else:
@@ -371,13 +372,15 @@ def tcp_sockets(pid, state="established"):
     return socks
 
 
-def ss_kill(local, peer):
-    """Destroy one TCP socket (ss -K; the kernel needs CONFIG_INET_DIAG_DESTROY)."""
-    lh, lp = local.rsplit(":", 1)
-    ph, pp = peer.rsplit(":", 1)
-    r = subprocess.run(["ss", "-K", "-tnH", "src", f"{lh}:{lp}", "dst", f"{ph}:{pp}"], capture_output=True,
-                       text=True)
-    return r.returncode == 0 and r.stdout.strip() != ""
+def ss_kill(pairs):
+    """Destroy TCP sockets, given as (local, peer) addresses, all in one go
+    (ss -K; the kernel needs CONFIG_INET_DIAG_DESTROY); return how many
+    were destroyed."""
+    expr = []
+    for local, peer in pairs:
+        expr += ["or"] * bool(expr) + ["(", "src", local, "and", "dst", peer, ")"]
+    r = subprocess.run(["ss", "-K", "-tnH"] + expr, capture_output=True, text=True)
+    return len(r.stdout.splitlines()) if r.returncode == 0 else 0
 
 
 def can_kill_sockets():
@@ -389,7 +392,7 @@ def can_kill_sockets():
     try:
         local = "%s:%d" % c.getsockname()
         peer = "%s:%d" % c.getpeername()
-        if not ss_kill(local, peer):
+        if ss_kill([(local, peer)]) != 1:
             return False
         s.settimeout(2)
         try:
@@ -418,9 +421,11 @@ def test_connection_reset_mid_message(job_of):
     time.sleep(rng.uniform(0.2, 0.8))
     socks = tcp_sockets(job.pids[v])
     assert len(socks) == n - 1, f"{what}: rank {v} has {socks} instead of one connection per peer"
-    for local, peer in socks:
-        assert ss_kill(local, peer), f"{what}: ss -K {local} {peer} failed"
+    # At once: a rank whose first connection fails leaves the group and
+    # closes the others.
+    killed = ss_kill(socks)
     reset = time.time()
+    assert killed >= 1, f"{what}: ss -K destroyed none of {socks}"
     res = job.results(list(range(n)), timeout=60)
     for r, out in res.items():
         e = out["error"]
