@@ -387,8 +387,15 @@ func (q *queryHold) Send(ctx context.Context, peer int, tag transport.Tag, data 
 // TestTimeoutMissingAfterPeersLeft: ranks 0 and 2 time out and close their
 // groups before rank 1, timed out too, asks them how far they got (its
 // queries are held until they have left). Their farewell still says they
-// joined: rank 1 names only the rank that never came.
+// joined: rank 1 names only the rank that never came, also when the
+// farewells are not there at its first look (late).
 func TestTimeoutMissingAfterPeersLeft(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "farewell", true: "late"}[late], func(t *testing.T) { timeoutMissingAfterPeersLeft(t, late) })
+	}
+}
+
+func timeoutMissingAfterPeersLeft(t *testing.T, late bool) {
 	const n = 4
 	net := transport.NewMemNetwork(n)
 	left := make(chan struct{})
@@ -396,6 +403,9 @@ func TestTimeoutMissingAfterPeersLeft(t *testing.T) {
 	for r := range pgs {
 		tr := net.Transport(r)
 		if r == 1 {
+			if late {
+				tr = &lateFarewell{Transport: tr}
+			}
 			tr = &queryHold{Transport: tr, release: left}
 		}
 		pg, err := NewWithTransport(Config{Rank: r, Size: n, Group: "test", Timeout: 300 * time.Millisecond}, tr)
@@ -435,6 +445,7 @@ func TestTimeoutMissingAfterPeersLeft(t *testing.T) {
 		require.ErrorAs(t, err, &oe, "rank %d", r)
 		require.True(t, oe.Timeout(), "rank %d: %v", r, err)
 		require.Equal(t, []int{3}, oe.Missing, "rank %d: %v", r, err)
+		require.Empty(t, oe.Silent, "rank %d: %v", r, err)
 	}
 }
 
@@ -456,6 +467,62 @@ func TestPeerLeftSaysWhy(t *testing.T) {
 	require.Equal(t, 0, oe.Peer)
 	require.Contains(t, oe.PeerLeft, "allreduce (seq 1)")
 	require.Contains(t, err.Error(), "(rank 0 left after: godist: allreduce (seq 1) in group \"test\" timed out after 100ms: rank(s) [1] did not join")
+}
+
+// lateFarewell wraps a rank's transport: its first look for each peer's
+// farewell finds nothing, as when the farewell is still in a
+// shared-memory ring that the receiver has not drained.
+type lateFarewell struct {
+	transport.Transport
+	mu     sync.Mutex
+	looked map[int]bool
+}
+
+func (l *lateFarewell) PostRecv(peer int, tag transport.Tag, buf []byte) *transport.Recv {
+	if tag == farewellTag {
+		l.mu.Lock()
+		first := !l.looked[peer]
+		if l.looked == nil {
+			l.looked = map[int]bool{}
+		}
+		l.looked[peer] = true
+		l.mu.Unlock()
+		if first {
+			r := l.Transport.PostRecv(peer, transport.ControlTag(2), buf) // nobody sends there
+			r.Cancel(transport.ErrClosed)
+			return r
+		}
+	}
+	return l.Transport.PostRecv(peer, tag, buf)
+}
+
+// TestLateFarewellSaysWhy: TestPeerLeftSaysWhy with rank 0's farewell not
+// there at rank 1's first look: rank 1 waits for it and still says why
+// rank 0 left.
+func TestLateFarewellSaysWhy(t *testing.T) {
+	net := transport.NewMemNetwork(2)
+	pgs := make([]*ProcessGroup, 2)
+	for r := range pgs {
+		tr := net.Transport(r)
+		if r == 1 {
+			tr = &lateFarewell{Transport: tr}
+		}
+		pg, err := NewWithTransport(Config{Rank: r, Size: 2, Group: "test", Timeout: 5 * time.Second}, tr)
+		require.NoError(t, err)
+		pgs[r] = pg
+		t.Cleanup(func() { pg.Close() })
+	}
+	w, err := pgs[0].AllReduce(i64s(1), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{Timeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.Error(t, w.Err())
+	pgs[0].Close()
+	w, err = pgs[1].AllReduce(i64s(2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+	require.NoError(t, err)
+	err = w.Err()
+	require.ErrorIs(t, err, transport.ErrPeerGone)
+	var oe *OpError
+	require.ErrorAs(t, err, &oe)
+	require.Contains(t, oe.PeerLeft, "allreduce (seq 1)", "%v", err)
 }
 
 func TestKilledPeerFailsOthers(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"time"
 
 	"github.com/godist/godist/libgodist/transport"
@@ -175,7 +176,15 @@ func (pg *ProcessGroup) missingRanks(seq uint64, call *transport.Call) (missing,
 			continue
 		}
 		var at uint64
-		if rs[p].Wait(ctx) == nil {
+		err := rs[p].Wait(ctx)
+		// A peer that left sent its farewell first, which may still be
+		// on its way (shared memory); one that does not answer is not
+		// waited for again.
+		wait := time.Duration(0)
+		if errors.Is(err, transport.ErrPeerGone) {
+			wait = farewellWait
+		}
+		if err == nil {
 			at = binary.LittleEndian.Uint64(answers[p][:])
 			st := transport.ParseStamp(answers[p][8:])
 			if call != nil && de == nil && at == seq && st.Op != transport.OpNone {
@@ -185,7 +194,7 @@ func (pg *ProcessGroup) missingRanks(seq uint64, call *transport.Call) (missing,
 					de = &transport.DesyncError{Rank: me, Peer: p, Mine: mine, Theirs: st}
 				}
 			}
-		} else if n, ok := pg.farewellOf(p, 0); ok {
+		} else if n, ok := pg.farewellOf(p, wait); ok {
 			at = n.seq
 		} else {
 			silent = append(silent, p)
