@@ -324,14 +324,12 @@ def test_sigstop_others_time_out_naming_it(job_of, transport):
         job.wait_event(r, "running")
     time.sleep(rng.uniform(0.1, 0.6))
     os.kill(job.pids[v], signal.SIGSTOP)
-    stopped = time.monotonic()
     for r in others:
         job.wait_event(r, "failed", timeout=TIMEOUT_S + 30)
     time.sleep(0.5)
     os.kill(job.pids[v], signal.SIGCONT)
     cont = time.time()
     res = job.results(list(range(n)), timeout=60)
-    assert time.monotonic() - stopped < TIMEOUT_S + BOUND_S + 30
     for r, out in res.items():
         assert out["wrong"] == [], f"{what}: rank {r} got wrong values: {out['wrong']}"
         assert out["errors"], f"{what}: rank {r}: no op failed"
@@ -545,7 +543,7 @@ def test_dev_shm_full_or_readonly_falls_back_to_tcp(ns_server, job_of, case):
     seed = BASE_SEED + 400 + list(SHM_CASES).index(case)
     remount, warning = SHM_CASES[case]
     rc, out = ns_server.sh(remount)
-    assert rc == 0, out
+    assert rc == 0, f"seed {seed}: {' '.join(remount)}: {out}"
     n = 3
     job = job_of("shm", n, seed, srv=ns_server, members=list(range(n)), warm_transport="tcp")
     what = f"seed {seed} (/dev/shm {case}, {n} ranks)"
