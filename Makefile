@@ -15,7 +15,7 @@ COMPAT_VENV ?= .venv-torch$(COMPAT_TORCH)
 COMPAT_STAMP := $(COMPAT_VENV)/.deps-stamp
 GOFILES = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')
 
-.PHONY: all venv deps lib install wheel demo test test-go test-py test-compat lint bench clean mpi-system
+.PHONY: all venv deps lib install wheel demo test test-go test-py test-compat lint bench clean mpi-system fuzz
 
 all: install
 
@@ -87,6 +87,12 @@ lint: deps
 test-go: lint $(STAMP)
 	GODIST_TEST_VENV=$(abspath $(VENV)) CGO_CFLAGS="$(GPUINFO_CFLAGS)" $(GO) test -race -count=1 ./...
 
+# Every Go fuzz target (found by tools/fuzz.sh) for FUZZTIME each, from the
+# seeds in the targets and their testdata/fuzz corpora.
+FUZZTIME ?= 15s
+fuzz: deps
+	GO=$(GO) FUZZTIME=$(FUZZTIME) tools/fuzz.sh
+
 test-py: install
 	$(PY) -m pytest python/tests
 
@@ -111,7 +117,7 @@ mpi-system:
 			mpich libmpich-dev >/dev/null || echo "apt-get failed: the MPI tests will skip"; \
 	else echo "Open MPI or MPICH missing and not installable here: the MPI tests will skip"; fi
 
-test: mpi-system test-go test-py test-compat
+test: mpi-system test-go fuzz test-py test-compat
 
 bench: install
 	$(PY) -m godist.bench

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every Go fuzz target in the module for FUZZTIME each (default 15s).
+# Targets are found by grepping the _test.go files, so new ones join by
+# themselves. Go allows one -fuzz target per invocation; a failing input is
+# written to the package's testdata/fuzz/<Target>/ and fails the run.
+# FUZZPARALLEL, when set, bounds the fuzzing workers per target.
+set -u
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+FUZZTIME=${FUZZTIME:-15s}
+par=()
+[ -n "${FUZZPARALLEL:-}" ] && par=(-parallel="$FUZZPARALLEL")
+failed=()
+n=0
+start=$(date +%s)
+while IFS=: read -r file name; do
+	pkg=./$(dirname "$file")
+	n=$((n + 1))
+	echo "fuzz: $name in $pkg for $FUZZTIME"
+	t0=$(date +%s)
+	if ! "$GO" test -run='^$' -fuzz="^${name}\$" -fuzztime="$FUZZTIME" "${par[@]}" "$pkg"; then
+		failed+=("$name ($pkg)")
+	fi
+	echo "fuzz: $name took $(($(date +%s) - t0))s"
+done < <(git ls-files --cached --others --exclude-standard '*_test.go' | xargs grep -oE '^func Fuzz[A-Za-z0-9_]*\(' /dev/null |
+	sed -E 's/^(.*):func (Fuzz[A-Za-z0-9_]*)\($/\1:\2/' | sort)
+echo "fuzz: $n targets in $(($(date +%s) - start))s"
+if [ "$n" -eq 0 ]; then
+	echo "fuzz: no fuzz targets found" >&2
+	exit 1
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+	printf 'fuzz: FAILED: %s\n' "${failed[@]}" >&2
+	exit 1
+fi
