@@ -266,6 +266,8 @@ def rank_main(rank, args, tmp, q):
             dist.gather_object(s, got, dst=0)
             if rank == 0:
                 samples.extend(got)
+                print(f"soak: t={now:.0f}s round {rnd}: " + "; ".join(
+                    f"{m} " + "/".join(str(g[m]) for g in got) for m in METRICS), flush=True)
             while next_sample <= now:
                 next_sample += args.sample_every
         if stop:
