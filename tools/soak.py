@@ -36,9 +36,10 @@ import traceback
 WORLD = 4
 SUB = [0, 1, 2]
 SIZES = [8, 64, 1024, 16 << 10, 256 << 10, 1 << 20, 8 << 20]  # bytes
-METRICS = ["rss_kib", "fds", "threads", "goroutines", "shm_files"]
+METRICS = ["rss_kib", "fds", "threads", "goroutines", "shm_files", "shm_maps"]
 # (absolute, relative) growth allowed from the baseline to the last sample.
-BOUNDS = {"rss_kib": (50 << 10, 0.10), "fds": (4, 0), "threads": (4, 0), "goroutines": (20, 0), "shm_files": (0, 0)}
+BOUNDS = {"rss_kib": (50 << 10, 0.10), "fds": (4, 0), "threads": (4, 0), "goroutines": (20, 0), "shm_files": (0, 0),
+          "shm_maps": (0, 0)}
 
 
 def _status_kib(key):
@@ -55,16 +56,18 @@ class ShmSeen:
     still counts; other processes' files on the same machine do not."""
 
     def __init__(self):
-        self.names = set()
+        self.names, self.mapped = set(), 0
 
     def scan(self):
-        paths = set()
+        paths, mapped = set(), set()
         try:
             with open("/proc/self/maps") as f:
                 for line in f:
                     p = line.rstrip("\n").split(None, 5)
                     if len(p) == 6:
                         paths.add(p[5].replace(" (deleted)", ""))
+                        if p[5].startswith("/dev/shm/godist-"):
+                            mapped.add(p[5])
         except OSError:
             pass
         for fd in os.listdir("/proc/self/fd"):
@@ -75,6 +78,11 @@ class ShmSeen:
         for p in paths:
             if p.startswith("/dev/shm/godist-"):
                 self.names.add(os.path.basename(p))
+        self.mapped = len(mapped)
+        # The probe files a rank creates and removes while checking that its
+        # peers share /dev/shm; never mapped, named by the creating pid.
+        prefix = f"godist-probe-{os.getpid()}-"
+        self.names.update(n for n in os.listdir("/dev/shm") if n.startswith(prefix))
 
     def count(self):
         self.scan()
@@ -86,7 +94,7 @@ def sample(shm):
 
     return {"rss_kib": _status_kib("VmRSS"), "fds": len(os.listdir("/proc/self/fd")),
             "threads": len(os.listdir("/proc/self/task")), "goroutines": godist.runtime_stats()["goroutines"],
-            "shm_files": shm.count()}
+            "shm_files": shm.count(), "shm_maps": shm.mapped}
 
 
 class Checker:
@@ -328,14 +336,14 @@ def write_outputs(out, res, args, warmup, bad):
 
     lines = [f"Soak: {WORLD} ranks, {args.duration:g} s, {res['rounds']} rounds, {res['checked']} results checked, "
              f"{len(res['wrong'])} wrong; groups recreated {res['recreations']} times (the world group "
-             f"{res['world_recreations']} of them); warm-up {warmup:g} s; "
+             f"{res['world_recreations']} of them); warm-up {warmup:.0f} s; "
              + ("flat." if not bad else "NOT flat: " + "; ".join(bad)), "",
              "Per sample, the range over the ranks:", "",
-             "| t (s) | RSS (MiB) | fds | threads | goroutines | shm files |",
-             "|---:|---:|---:|---:|---:|---:|"]
+             "| t (s) | RSS (MiB) | fds | threads | goroutines | shm files | shm maps |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
     for t in times:
         lines.append(f"| {t:g} | {rng(t, 'rss_kib', 1024)} | {rng(t, 'fds')} | {rng(t, 'threads')} | "
-                     f"{rng(t, 'goroutines')} | {rng(t, 'shm_files')} |")
+                     f"{rng(t, 'goroutines')} | {rng(t, 'shm_files')} | {rng(t, 'shm_maps')} |")
     with open(os.path.join(out, "soak.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     try:
