@@ -251,7 +251,8 @@ def rank_main(rank, args, tmp, q):
         now = now_ms / 1000
         # WORLD ranks used up to cpu_max each in `wall`: stretch the round
         # so that they average at most args.pace cores.
-        time.sleep(max(0.0, WORLD * cpu_max / 1000 / args.pace - wall))
+        if not stop:
+            time.sleep(max(0.0, WORLD * cpu_max / 1000 / args.pace - wall))
         if do_recreate:
             shm.scan()
             if sub is not None:
@@ -305,7 +306,7 @@ def flatness(samples, warmup):
         mine = sorted((s for s in samples if s["rank"] == rank), key=lambda s: s["t_s"])
         after = [s for s in mine if s["t_s"] >= warmup]
         if len(after) < 2:
-            bad.append(f"rank {rank}: fewer than 2 samples after the {warmup:g} s warm-up")
+            bad.append(f"rank {rank}: fewer than 2 samples after the {warmup:.0f} s warm-up")
             continue
         b, last = after[0], after[-1]
         for m in METRICS:
