@@ -8,7 +8,7 @@ import "C"
 import (
 	"unsafe"
 
-	"github.com/godist/godist/libgodist/auth"
+	"github.com/godist/godist/auth"
 )
 
 // godist_set_secret sets the job secret (GODIST_SECRET) that later

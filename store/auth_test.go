@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/godist/godist/libgodist/auth"
+	"github.com/godist/godist/auth"
 	"github.com/godist/godist/libgodist/glog"
 )
 
@@ -53,7 +53,7 @@ func TestStoreAuth(t *testing.T) {
 	glog.Reset()
 	key := auth.NewKey([]byte("right"), auth.Store)
 	var log lockedLog
-	srv, err := NewTCPServer(ServerOptions{Addr: "127.0.0.1:0", Key: key, Logf: log.logf})
+	srv, err := NewTCPServer(ServerOptions{Addr: "127.0.0.1:0", Key: key, Logf: log.logf, Warnf: glog.Warnf})
 	require.NoError(t, err)
 	defer srv.Close()
 

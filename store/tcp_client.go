@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/godist/godist/libgodist/auth"
+	"github.com/godist/godist/auth"
 )
 
 // TCPStoreOptions configures NewTCPStore. The zero value connects to

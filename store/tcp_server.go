@@ -9,8 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/godist/godist/libgodist/auth"
-	"github.com/godist/godist/libgodist/glog"
+	"github.com/godist/godist/auth"
 )
 
 // ServerOptions configures a TCPServer. The zero value listens on an
@@ -40,6 +39,11 @@ type ServerOptions struct {
 	// error. It must be safe for concurrent use.
 	Logf func(format string, args ...any)
 
+	// Warnf, if set, receives one line per connection refused for its
+	// authentication (the caller's warning log). It must be safe for
+	// concurrent use.
+	Warnf func(format string, args ...any)
+
 	// Key, if set, is the job secret's store key (auth.Store): every
 	// connection must then authenticate before its first request is read,
 	// which torch's own clients cannot do. Refusals are logged at WARNING.
@@ -64,6 +68,7 @@ type TCPServer struct {
 	lim          limits
 	writeTimeout time.Duration
 	logf         func(string, ...any)
+	warnf        func(string, ...any)
 	key          *auth.Key
 
 	mu     sync.Mutex // guards state, conns, nextID, closed
@@ -107,6 +112,7 @@ func NewTCPServer(opts ServerOptions) (*TCPServer, error) {
 		},
 		writeTimeout: opts.WriteTimeout,
 		logf:         opts.Logf,
+		warnf:        opts.Warnf,
 		key:          opts.Key,
 		state:        newServerState(),
 		conns:        make(map[connID]*serverConn),
@@ -120,6 +126,9 @@ func NewTCPServer(opts ServerOptions) (*TCPServer, error) {
 	}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
+	}
+	if s.warnf == nil {
+		s.warnf = func(string, ...any) {}
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -224,7 +233,7 @@ func (s *TCPServer) authenticate(nc net.Conn) bool {
 		select {
 		case <-s.done:
 		default:
-			glog.Warnf("godist: store server refused a connection from %v: %v", nc.RemoteAddr(), err)
+			s.warnf("godist: store server refused a connection from %v: %v", nc.RemoteAddr(), err)
 			s.logf("store: tcp server: refused %v: %v", nc.RemoteAddr(), err)
 		}
 		nc.Close()
