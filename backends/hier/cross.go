@@ -80,22 +80,7 @@ func (x *xfer) allReduceSmall(buf []byte, combine backend.Combine, step uint16) 
 	}()
 	part := func(j int) []byte { return tmp[j*n : (j+1)*n] }
 	copy(part(x.me), buf)
-	rs := make([]*transport.Recv, 0, H-1)
-	for j := range H {
-		if j != x.me {
-			rs = append(rs, x.post(j, step, part(j)))
-		}
-	}
-	for j := range H {
-		if j == x.me {
-			continue
-		}
-		if err := x.send(j, step, buf); err != nil {
-			cancel(rs, err)
-			return err
-		}
-	}
-	if err := transport.WaitAll(x.ctx, rs); err != nil {
+	if err := x.exchange(func(int) []byte { return buf }, part, step); err != nil {
 		return err
 	}
 	acc := part(0)
@@ -156,26 +141,33 @@ func (x *xfer) broadcast(buf []byte, root int, step uint16) error {
 // allGather exchanges blocks: every member's in lands in outs[its index]
 // on every member.
 func (x *xfer) allGather(in []byte, outs [][]byte, step uint16) error {
+	if err := x.exchange(func(int) []byte { return in }, func(j int) []byte { return outs[j] }, step); err != nil {
+		return err
+	}
+	copy(outs[x.me], in)
+	return nil
+}
+
+// exchange sends out(j) to every other member j while receiving member
+// j's message into in(j), and waits for every receive within the op's
+// deadline.
+func (x *xfer) exchange(out, in func(j int) []byte, step uint16) error {
 	rs := make([]*transport.Recv, 0, len(x.members)-1)
 	for j := range x.members {
 		if j != x.me {
-			rs = append(rs, x.post(j, step, outs[j]))
+			rs = append(rs, x.post(j, step, in(j)))
 		}
 	}
 	for j := range x.members {
 		if j == x.me {
 			continue
 		}
-		if err := x.send(j, step, in); err != nil {
+		if err := x.send(j, step, out(j)); err != nil {
 			cancel(rs, err)
 			return err
 		}
 	}
-	if err := transport.WaitAll(x.ctx, rs); err != nil {
-		return err
-	}
-	copy(outs[x.me], in)
-	return nil
+	return transport.WaitAll(x.ctx, rs)
 }
 
 // reduceScatter leaves in out the reduction over the members of their
@@ -190,22 +182,7 @@ func (x *xfer) reduceScatter(ins [][]byte, out []byte, combine backend.Combine, 
 	}()
 	part := func(j int) []byte { return tmp[j*n : (j+1)*n] }
 	copy(part(x.me), ins[x.me])
-	rs := make([]*transport.Recv, 0, H-1)
-	for j := range H {
-		if j != x.me {
-			rs = append(rs, x.post(j, step, part(j)))
-		}
-	}
-	for j := range H {
-		if j == x.me {
-			continue
-		}
-		if err := x.send(j, step, ins[j]); err != nil {
-			cancel(rs, err)
-			return err
-		}
-	}
-	if err := transport.WaitAll(x.ctx, rs); err != nil {
+	if err := x.exchange(func(j int) []byte { return ins[j] }, part, step); err != nil {
 		return err
 	}
 	copy(out, part(0))
