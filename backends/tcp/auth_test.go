@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/godist/godist/libgodist/auth"
+	"github.com/godist/godist/auth"
 	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/wire"

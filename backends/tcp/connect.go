@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/godist/godist/libgodist/auth"
+	"github.com/godist/godist/auth"
 	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/wire"

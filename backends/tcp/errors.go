@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/godist/godist/libgodist/auth"
+	"github.com/godist/godist/auth"
 	"github.com/godist/godist/libgodist/transport"
 )
 

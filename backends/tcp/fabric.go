@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/godist/godist/libgodist/auth"
+	"github.com/godist/godist/auth"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/transport"
