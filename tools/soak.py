@@ -1,23 +1,9 @@
-"""Soak test: 4 ranks run every collective for a long time, tearing groups
-down and recreating them, and check that nothing grows.
+"""Soak test: 4 ranks run every op for --duration seconds, recreating groups,
+checking every result, and sampling RSS, fds, threads, goroutines and shm
+files; the samples go to soak.csv/.md/.png in --out and must stay flat after
+the warm-up. See docs/RELIABILITY.md.
 
     python tools/soak.py --duration 3600 --out docs/soak
-
-Each round runs every op (all_reduce with several reduce ops, broadcast,
-all_gather_into_tensor, all_gather, reduce_scatter_tensor,
-all_to_all_single, reduce, gather, scatter, barrier, send/recv,
-isend/irecv) at one size (8 B .. 8 MiB, cycling), sync and async, on the
-world group and a few ops on a 3-rank subgroup, and checks every result
-exactly (integer-valued data). Every --recreate-every seconds the subgroup
-is destroyed and recreated, and every other time the world group too
-(destroy_process_group + init_process_group). Every --sample-every seconds
-each rank samples RSS, open fds, threads, goroutines and the /dev/shm
-godist-* files its groups created, and rank 0 gathers them. At the end the
-samples go to soak.csv, soak.md and soak.png in --out, and the flatness
-check runs: after the warm-up, no metric's last value may exceed its
-baseline by more than a small bound. Exit status 0 only if every result
-was right and every metric stayed flat. --pace keeps the average CPU use
-of all ranks together under that many cores.
 """
 
 from __future__ import annotations
@@ -42,34 +28,25 @@ BOUNDS = {"rss_kib": (50 << 10, 0.10), "fds": (4, 0), "threads": (4, 0), "gorout
           "shm_maps": (0, 0)}
 
 
-def _status_kib(key):
+def _rss_kib():
     with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return -1
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
 class ShmSeen:
-    """The /dev/shm/godist-* files this process's groups have opened or
-    mapped, remembered so that a file left behind after its group is gone
-    still counts; other processes' files on the same machine do not."""
+    """The /dev/shm/godist-* files this process has opened or mapped, kept so
+    that one left behind still counts; other processes' files do not."""
 
     def __init__(self):
         self.names, self.mapped = set(), 0
 
     def scan(self):
         paths, mapped = set(), set()
-        try:
-            with open("/proc/self/maps") as f:
-                for line in f:
-                    p = line.rstrip("\n").split(None, 5)
-                    if len(p) == 6:
-                        paths.add(p[5].replace(" (deleted)", ""))
-                        if p[5].startswith("/dev/shm/godist-"):
-                            mapped.add(p[5])
-        except OSError:
-            pass
+        with open("/proc/self/maps") as f:
+            for p in (line.rstrip("\n").split(None, 5) for line in f):
+                if len(p) == 6 and p[5].startswith("/dev/shm/godist-"):
+                    paths.add(p[5].replace(" (deleted)", ""))
+                    mapped.add(p[5])
         for fd in os.listdir("/proc/self/fd"):
             try:
                 paths.add(os.readlink(f"/proc/self/fd/{fd}"))
@@ -79,8 +56,7 @@ class ShmSeen:
             if p.startswith("/dev/shm/godist-"):
                 self.names.add(os.path.basename(p))
         self.mapped = len(mapped)
-        # The probe files a rank creates and removes while checking that its
-        # peers share /dev/shm; never mapped, named by the creating pid.
+        # Probe files (checking that peers share /dev/shm) are never mapped.
         prefix = f"godist-probe-{os.getpid()}-"
         self.names.update(n for n in os.listdir("/dev/shm") if n.startswith(prefix))
 
@@ -90,10 +66,10 @@ class ShmSeen:
 
 
 def sample(shm):
-    import godist
+    from godist import runtime_stats
 
-    return {"rss_kib": _status_kib("VmRSS"), "fds": len(os.listdir("/proc/self/fd")),
-            "threads": len(os.listdir("/proc/self/task")), "goroutines": godist.runtime_stats()["goroutines"],
+    return {"rss_kib": _rss_kib(), "fds": len(os.listdir("/proc/self/fd")),
+            "threads": len(os.listdir("/proc/self/task")), "goroutines": runtime_stats()["goroutines"],
             "shm_files": shm.count(), "shm_maps": shm.mapped}
 
 
@@ -102,12 +78,9 @@ class Checker:
         self.rank, self.checked, self.wrong = rank, 0, []
 
     def eq(self, what, got, want):
-        import torch
-
         self.checked += 1
-        if not torch.equal(got, want):
-            if len(self.wrong) < 20:
-                self.wrong.append(f"rank {self.rank}: {what}: wrong result")
+        if not got.equal(want) and len(self.wrong) < 20:
+            self.wrong.append(f"rank {self.rank}: {what}: wrong result")
 
 
 def run_round(rank, size, rnd, sub, chk):
@@ -125,10 +98,8 @@ def run_round(rank, size, rnd, sub, chk):
 
     def run(call):  # alternate sync and async_op=True
         flip[0] = not flip[0]
-        if flip[0]:
-            call(False)
-        else:
-            w = call(True)
+        w = call(not flip[0])
+        if w is not None:
             w.wait()
 
     for op, x, want in [
@@ -137,8 +108,7 @@ def run_round(rank, size, rnd, sub, chk):
         (dist.ReduceOp.MIN, base + rank, base.clone()),
         (dist.ReduceOp.AVG, base + rank, base + 1.5),
         (dist.ReduceOp.PRODUCT, 1 + (base + rank).remainder(2),
-         (1 + base.remainder(2)) * (1 + (base + 1).remainder(2)) * (1 + (base + 2).remainder(2))
-         * (1 + (base + 3).remainder(2))),
+         torch.stack([1 + (base + j).remainder(2) for j in range(W)]).prod(0)),
     ]:
         run(lambda a, x=x, op=op: dist.all_reduce(x, op=op, async_op=a))
         chk.eq(f"all_reduce {op} {tag}", x, want)
@@ -310,8 +280,7 @@ def flatness(samples, warmup):
             continue
         b, last = after[0], after[-1]
         for m in METRICS:
-            a, rel = BOUNDS[m]
-            limit = b[m] + max(a, rel * b[m])
+            limit = b[m] + max(BOUNDS[m][0], BOUNDS[m][1] * b[m])
             if last[m] > limit:
                 bad.append(f"rank {rank}: {m} grew from {b[m]} at {b['t_s']} s to {last[m]} at {last['t_s']} s "
                            f"(bound {limit:g})")
@@ -321,19 +290,16 @@ def flatness(samples, warmup):
 def write_outputs(out, res, args, warmup, bad):
     os.makedirs(out, exist_ok=True)
     samples = sorted(res["samples"], key=lambda s: (s["t_s"], s["rank"]))
-    cols = ["t_s", "rank", "round"] + METRICS
     with open(os.path.join(out, "soak.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
+        w = csv.DictWriter(f, fieldnames=["t_s", "rank", "round"] + METRICS, extrasaction="ignore")
         w.writeheader()
-        for s in samples:
-            w.writerow({c: s[c] for c in cols})
+        w.writerows(samples)
     times = sorted({s["t_s"] for s in samples})
 
     def rng(t, m, scale=1):
-        vs = [s[m] / scale if scale != 1 else s[m] for s in samples if s["t_s"] == t]
-        lo, hi = min(vs), max(vs)
-        fmt = (lambda v: f"{v:.1f}") if scale != 1 else str
-        return fmt(lo) if lo == hi else f"{fmt(lo)}–{fmt(hi)}"
+        vs = [s[m] for s in samples if s["t_s"] == t]
+        lo, hi = (f"{v / scale:.1f}" if scale != 1 else str(v) for v in (min(vs), max(vs)))
+        return lo if lo == hi else f"{lo}–{hi}"
 
     lines = [f"Soak: {WORLD} ranks, {args.duration:g} s, {res['rounds']} rounds, {res['checked']} results checked, "
              f"{len(res['wrong'])} wrong; groups recreated {res['recreations']} times (the world group "
@@ -375,16 +341,14 @@ def main(argv=None):
     p.add_argument("--duration", type=float, default=3600, help="seconds to run (default 3600)")
     p.add_argument("--sample-every", type=float, default=60, help="seconds between samples (default 60)")
     p.add_argument("--recreate-every", type=float, default=120, help="seconds between group recreations")
-    p.add_argument("--warmup", type=float, default=120,
-                   help="seconds before the baseline sample (default 120, at most a third of --duration)")
+    p.add_argument("--warmup", type=float, default=120, help="seconds before the baseline (at most duration/3)")
     p.add_argument("--pace", type=float, default=0.5, help="average CPU cores all ranks may use (default 0.5)")
     p.add_argument("--op-timeout", type=float, default=300, help="timeout of every op, seconds")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "soak"))
     args = p.parse_args(argv)
     warmup = min(args.warmup, args.duration / 3)
-    # glibc's dynamic mmap threshold keeps freed multi-MiB buffers in the
-    # heap, where RSS measures the allocator rather than godist: a fixed
-    # threshold hands them back to the OS.
+    # A fixed mmap threshold hands freed multi-MiB tensors back to the OS:
+    # glibc's dynamic one keeps them, and RSS would measure the allocator.
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(256 << 10))
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
