@@ -71,7 +71,13 @@ func (f *Fabric) Describe(rec *wire.PeerRecord) error {
 	}
 	rec.Port = uint16(ln.Port())
 	rec.Transports = append(rec.Transports, "tcp")
-	glog.Once("tcp-choice "+f.choice.Why, glog.Info, "godist: TCP listens on %s: %s", f.choice.Describe(), f.choice.Why)
+	// A chosen interface is news for a multi-host job; all interfaces (a
+	// job on one host, or one without a store host) is what it always was.
+	level := glog.Info
+	if len(f.choice.Listen) == 0 {
+		level = glog.Debug
+	}
+	glog.Once("tcp-choice "+f.choice.Why, level, "godist: TCP listens on %s: %s", f.choice.Describe(), f.choice.Why)
 	return nil
 }
 

@@ -71,6 +71,7 @@ SETTINGS = {
 # Read only by godist's own tests and benchmarks: recognized, never warned about.
 TEST_SETTINGS = {
     "GODIST_TEST_VENV": "go test ./backends/nccl/: the virtual environment whose nvidia wheels the tests load",
+    "GODIST_FAULT_SEED": "python/tests/test_fault_matrix.py: replay the SIGKILL case of this seed only",
     "GODIST_BENCH_GLOO_NO_RS": "python -m godist.bench: behave as if gloo lacked reduce_scatter_tensor",
     "GODIST_BENCH_MPI_FILESTORE": "python -m godist.bench --mpi: where init_method mpi:// is not registered, make "
                                   "the default group from the launcher's rank variables with a FileStore at this path",
