@@ -194,6 +194,8 @@ def _init_one(rank, n, init_file):
 
     import torch.distributed as dist
 
+    import godist  # noqa: F401  (registers the backend where torch does not load entry points)
+
     try:
         dist.init_process_group("godist", init_method=f"file://{init_file}", rank=rank, world_size=n,
                                 timeout=datetime.timedelta(seconds=30))
