@@ -500,18 +500,11 @@ def sc_store(rank: Rank):
             # Wait for the test to kill the server, then train on.
             while not os.path.exists(c["go"]):
                 time.sleep(0.01)
-            ok, wrong = 0, []
-            for i in range(60):
-                p = op_plan(c["seed"], i, rank.n)
-                try:
-                    run_op(p, rank.rank, rank.n, i)
-                    ok += 1
-                except Wrong as w:
-                    wrong.append(str(w))
-                except Exception as e:  # noqa: BLE001
-                    out["train_error"] = describe(e)
-                    break
-            out["ok_ops"], out["wrong"] = ok, wrong
+            out["ok_ops"], out["wrong"] = 0, []
+            try:
+                run_plan(c["seed"], 60, rank, out)
+            except Exception as e:  # noqa: BLE001
+                out["train_error"] = describe(e)
             start = time.monotonic()
             try:
                 g = dist.new_group(list(range(rank.n)), timeout=datetime.timedelta(seconds=rank.timeout))
@@ -530,6 +523,18 @@ def sc_store(rank: Rank):
         store.close()
     del store
     return after_fault(rank, baseline, c["members"], out)
+
+
+def run_plan(seed: int, count: int, rank: Rank, out: dict) -> None:
+    """Runs the seed's first count ops, counting in out["ok_ops"] those
+    that gave the right result and listing in out["wrong"] those that did
+    not; any other error ends the run and is raised."""
+    for i in range(count):
+        try:
+            run_op(op_plan(seed, i, rank.n), rank.rank, rank.n, i)
+            out["ok_ops"] += 1
+        except Wrong as w:
+            out["wrong"].append(str(w))
 
 
 def sc_store_server(rank: Rank):
@@ -555,15 +560,8 @@ def sc_shm(rank: Rank):
         pg = dist.group.WORLD._get_backend(torch.device("cpu"))
         out["shared_memory"] = pg.shared_memory
         out["topology"] = godist.topology()
-        ok, wrong = 0, []
-        for i in range(40):
-            p = op_plan(c["seed"], i, rank.n)
-            try:
-                run_op(p, rank.rank, rank.n, i)
-                ok += 1
-            except Wrong as w:
-                wrong.append(str(w))
-        out["ok_ops"], out["wrong"] = ok, wrong
+        out["ok_ops"], out["wrong"] = 0, []
+        run_plan(c["seed"], 40, rank, out)
     except Exception as e:  # noqa: BLE001
         out["init_error"] = describe(e, start)
     return after_fault(rank, baseline, c["members"], out)
