@@ -144,7 +144,7 @@ func (pg *ProcessGroup) DeviceOpen(device, peer int, id []byte) error {
 			s.Rank = 1
 		}
 	}
-	ctx, cancel := context.WithTimeout(pg.ctx, pg.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(pg.ctx, pg.Timeout())
 	defer cancel()
 	c, err := d.acc.Open(ctx, s)
 	if err != nil {
@@ -221,7 +221,7 @@ func (pg *ProcessGroup) DeviceRun(name string, op DeviceOp) (*Work, error) {
 	}
 	timeout := op.Timeout
 	if timeout <= 0 {
-		timeout = pg.cfg.Timeout
+		timeout = pg.Timeout()
 	}
 	d.mu.Lock()
 	if err := d.usable(); err != nil {

@@ -51,7 +51,7 @@ func (e *executor) init(pg *ProcessGroup) {
 func (pg *ProcessGroup) submit(op string, o Opts, call transport.Call, run func(c *comm) error) *Work {
 	timeout := o.Timeout
 	if timeout <= 0 {
-		timeout = pg.cfg.Timeout
+		timeout = pg.Timeout()
 	}
 	seq := pg.seq.Add(1)
 	w := newWork(op, seq)

@@ -96,7 +96,7 @@ func (e *monitoredError) Timeout() bool { return true }
 // arrive within timeout (all of them if waitAll, else the first found).
 func (pg *ProcessGroup) MonitoredBarrier(timeout time.Duration, waitAll bool) (*Work, error) {
 	if timeout <= 0 {
-		timeout = pg.cfg.Timeout
+		timeout = pg.Timeout()
 	}
 	return pg.submit("monitored_barrier", Opts{Timeout: timeout + 2*queryWait}, noData(transport.OpMonitoredBarrier), func(c *comm) error { return monitoredBarrier(c, waitAll, timeout) }), nil
 }

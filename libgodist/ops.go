@@ -229,7 +229,7 @@ func (pg *ProcessGroup) Send(buf []byte, peer int, tag int64, o Opts) (*Work, er
 	}
 	timeout := o.Timeout
 	if timeout <= 0 {
-		timeout = pg.cfg.Timeout
+		timeout = pg.Timeout()
 	}
 	ctx := newOpContext(pg.ctx, timeout)
 	defer ctx.cancel()
@@ -251,7 +251,7 @@ func (pg *ProcessGroup) Recv(buf []byte, peer int, tag int64, o Opts) (*Work, er
 	}
 	timeout := o.Timeout
 	if timeout <= 0 {
-		timeout = pg.cfg.Timeout
+		timeout = pg.Timeout()
 	}
 	w := newWork("recv", 0)
 	r := pg.tr.PostRecv(peer, transport.P2PTag(tag), buf)

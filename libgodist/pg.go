@@ -77,6 +77,7 @@ type ProcessGroup struct {
 
 	closeOnce sync.Once
 	queries   atomic.Uint64
+	timeout   atomic.Int64 // default deadline set by SetTimeout, in ns; 0: cfg.Timeout
 	telling   sync.WaitGroup // desync notices being sent (desync.go)
 }
 
@@ -143,6 +144,24 @@ func (pg *ProcessGroup) Offload() string {
 		return ""
 	}
 	return pg.offload.Name()
+}
+
+// SetTimeout changes the default deadline of the operations submitted from
+// now on (those already submitted keep theirs).
+func (pg *ProcessGroup) SetTimeout(d time.Duration) error {
+	if d <= 0 {
+		return invalidf("timeout must be positive, got %v", d)
+	}
+	pg.timeout.Store(int64(d))
+	return nil
+}
+
+// Timeout returns the default deadline of the group's operations.
+func (pg *ProcessGroup) Timeout() time.Duration {
+	if d := pg.timeout.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return pg.cfg.Timeout
 }
 
 // Err returns the error that broke the group, if any.

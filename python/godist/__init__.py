@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import sys
 from typing import Final
 
 import torch.distributed as dist
@@ -25,17 +26,41 @@ from ._errors import (GodistClosedError, GodistDesyncError, GodistError, GodistF
 from ._log import set_level as set_log_level  # noqa: F401
 from ._mpi import mpi_finalize, mpi_info  # noqa: F401
 from ._version import __version__ as __version__
-from .process_group import GodistProcessGroup, close_all, dump_state, topology  # noqa: F401
+from .backend import GodistBackend  # noqa: F401
+from .backend import AVAILABLE as _HAS_BACKEND
+from .process_group import GodistProcessGroup, close_all, dump_state, group_of, topology  # noqa: F401
 from .store import FileStore, HashStore, PrefixStore, TCPServer, TCPStore
 from .work import GodistWork  # noqa: F401
 
 BACKEND: Final[str] = "godist"
 
 
-def _create(dist_opts, pg_options=None) -> GodistProcessGroup:
-    """Backend creator (extended API): called by torch on member ranks."""
-    return GodistProcessGroup(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout,
-                              group_name=str(getattr(dist_opts, "group_id", "") or ""))
+def _shares_devices() -> bool:
+    """Whether the group torch is building gives some device to another
+    backend ("cpu:godist,cuda:nccl"): read from the device map of the
+    torch function that called the creator."""
+    f = sys._getframe(2)
+    for _ in range(4):
+        if f is None:
+            break
+        cfg = f.f_locals.get("backend_config")
+        if cfg is not None and hasattr(cfg, "get_device_backend_map"):
+            return any(str(v) != BACKEND for v in cfg.get_device_backend_map().values())
+        f = f.f_back
+    return False
+
+
+def _create(dist_opts, pg_options=None):
+    """Backend creator (extended API): called by torch on member ranks. A
+    group that is godist's on every device is a GodistProcessGroup (the
+    fast path, with its GodistBackend registered); one that shares its
+    devices with other backends gets a GodistBackend, which torch's
+    ProcessGroup routes the CPU tensors to."""
+    args = (dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout)
+    name = str(getattr(dist_opts, "group_id", "") or "")
+    if _HAS_BACKEND and _shares_devices():
+        return GodistBackend(*args, group_name=name)
+    return GodistProcessGroup(*args, group_name=name)
 
 
 def monitored_barrier(group: dist.ProcessGroup | None = None, timeout: datetime.timedelta | None = None,
@@ -43,10 +68,7 @@ def monitored_barrier(group: dist.ProcessGroup | None = None, timeout: datetime.
     """godist's monitored barrier (``torch.distributed.monitored_barrier``
     only accepts gloo groups): rank 0 raises an error naming the ranks that
     did not arrive within ``timeout``; the others fail as well."""
-    pg = group if group is not None else dist.group.WORLD
-    if not isinstance(pg, GodistProcessGroup):
-        raise TypeError(f"godist.monitored_barrier needs a godist group, got {type(pg).__name__}")
-    pg.monitored_barrier(timeout=timeout, wait_all_ranks=wait_all_ranks)
+    group_of(group).monitored_barrier(timeout=timeout, wait_all_ranks=wait_all_ranks)
 
 
 def runtime_stats() -> dict[str, int]:
@@ -73,6 +95,6 @@ _mpi.register()  # the mpi:// rendezvous (godist/_mpi.py)
 atexit.register(_mpi._at_exit)
 atexit.register(close_all)
 
-__all__ = ["GodistProcessGroup", "GodistWork", "GodistError", "GodistTimeoutError", "GodistClosedError", "GodistDesyncError",
+__all__ = ["GodistProcessGroup", "GodistBackend", "GodistWork", "GodistError", "GodistTimeoutError", "GodistClosedError", "GodistDesyncError",
            "GodistInvalidError", "GodistInternalError", "GodistForkError", "BACKEND", "monitored_barrier",
            "runtime_stats", "dump_state", "topology", "set_log_level", "mpi_info", "mpi_finalize", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]

@@ -1,7 +1,7 @@
 """The fast paths: one library call for the common forms of the small ops.
 
 A small all_reduce's Python side costs about as much as its Go side, so the
-common cases skip the general path of :mod:`godist.process_group` (checks,
+common cases skip the general path of :mod:`godist._group` (checks,
 a fresh :class:`godist._lib.GodistOp`, :func:`godist.work.submit`): they
 take dense contiguous CPU tensors of a supported dtype, no profiler, and
 torch telling us whether the call is synchronous (``opts.asyncOp``), write

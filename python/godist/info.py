@@ -388,7 +388,7 @@ def _library() -> tuple[dict, object]:
 def _nccl_path(lib) -> dict:
     """What godist's NCCL path loads here and where CUDA tensors go
     (godist._nccl.nccl_info, plus ``cuda_tensors``)."""
-    from .process_group import cuda_mode
+    from ._group import cuda_mode
 
     if lib is None:
         info = {"available": False, "reason": "the godist library cannot be loaded", "devices": 0}

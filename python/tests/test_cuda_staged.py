@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from godist._staged import CudaDevice, HostDevice, StagedPath, StagedWork
-from godist.process_group import cuda_mode
+from godist._group import cuda_mode
 from harness import init, run_world
 from refs import make_input
 
@@ -389,13 +389,13 @@ def test_mixed_devices_are_refused():
 def test_method_names_and_signatures_match_the_group():
     import inspect
 
-    from godist import GodistProcessGroup
+    from godist._group import Group
     names = ["allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather", "allgather_coalesced",
              "all_gather_single", "all_gather_single_coalesced", "gather", "scatter", "reduce_scatter",
              "reduce_scatter_single", "reduce_scatter_single_coalesced", "alltoall", "all_to_all_single", "barrier",
              "send", "recv", "recv_anysource"]
     for name in names:
-        want = inspect.signature(getattr(GodistProcessGroup, name))
+        want = inspect.signature(getattr(Group, name))
         assert inspect.signature(getattr(StagedPath, name)) == want, name
 
 

@@ -27,7 +27,8 @@ def _flat(params):
 
 
 class _Spy:
-    """Records which GodistProcessGroup methods ran (and their reduce op)."""
+    """Records which ops of godist's Group ran (and their reduce op): both the
+    GodistProcessGroup and the GodistBackend route every op there."""
 
     NAMES = ("allreduce", "allreduce_coalesced", "broadcast", "allgather", "all_gather_single",
              "all_gather_single_coalesced", "reduce_scatter", "reduce_scatter_single",
@@ -41,11 +42,11 @@ class _Spy:
                "alltoall_base": "all_to_all_single"}
 
     def __enter__(self):
-        from godist.process_group import GodistProcessGroup
+        from godist._group import Group
 
         self.calls, self._saved = [], {}
         for attr, name in [(n, n) for n in self.NAMES] + list(self.ALIASES.items()):
-            orig = GodistProcessGroup.__dict__[attr]
+            orig = Group.__dict__[attr]
             self._saved[attr] = orig
 
             def wrapper(pg, *args, _orig=orig, _name=name, **kwargs):
@@ -55,14 +56,14 @@ class _Spy:
                 self.calls.append((_name, None if state is None else (str(state[0]).split(".")[-1], state[1])))
                 return _orig(pg, *args, **kwargs)
 
-            setattr(GodistProcessGroup, attr, wrapper)
+            setattr(Group, attr, wrapper)
         return self
 
     def __exit__(self, *exc):
-        from godist.process_group import GodistProcessGroup
+        from godist._group import Group
 
         for name, orig in self._saved.items():
-            setattr(GodistProcessGroup, name, orig)
+            setattr(Group, name, orig)
 
     def ops(self, name):
         return {red for n, red in self.calls if n == name}
