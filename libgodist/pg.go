@@ -77,7 +77,7 @@ type ProcessGroup struct {
 
 	closeOnce sync.Once
 	queries   atomic.Uint64
-	timeout   atomic.Int64 // default deadline set by SetTimeout, in ns; 0: cfg.Timeout
+	timeout   atomic.Int64   // default deadline set by SetTimeout, in ns; 0: cfg.Timeout
 	telling   sync.WaitGroup // desync notices being sent (desync.go)
 }
 
