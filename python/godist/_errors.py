@@ -95,6 +95,14 @@ _CLASSES = {
 }
 
 
+# Called with (group name, exception) when an op of a group fails for a
+# reason other than its arguments (a timeout, a lost peer, a desync):
+# godist._group runs the group's abort hooks (torch's flight recorder dumps
+# its trace from one).
+failure_listeners: list = []
+_GROUP_FAILURES = (TIMEOUT, PEER, CLOSED)
+
+
 def make_error(code: int, message: str, **fields) -> Exception:
     """Return the exception for a status code, Go's message and the
     structured fields of GodistError."""
@@ -103,8 +111,14 @@ def make_error(code: int, message: str, **fields) -> Exception:
     if code == STORE:
         return dist.DistStoreError(message)
     if fields.get("cause") == "desync":
-        return GodistDesyncError(message, code, **fields)
-    return _CLASSES.get(code, GodistError)(message, code, **fields)
+        exc = GodistDesyncError(message, code, **fields)
+    else:
+        exc = _CLASSES.get(code, GodistError)(message, code, **fields)
+    group = fields.get("group")
+    if group and (code in _GROUP_FAILURES or fields.get("cause") == "desync"):
+        for fn in failure_listeners:
+            fn(group, exc)
+    return exc
 
 
 def from_buffer(code: int, eb) -> Exception:

@@ -32,6 +32,7 @@ from ._args import _async, _desc, _Outputs
 from .work import combine, submit
 
 _live = weakref.WeakSet()
+_by_name = weakref.WeakValueDictionary()  # group name -> Group, for failures reported by name
 
 
 def _on_cuda(x) -> bool:
@@ -67,6 +68,7 @@ class Group:
         self._seq = 0
         self._coalesced = None
         self._abort_hooks = {}
+        self._hooks_ran = False
         self._coalescing_cuda = False
         self._dev = None
         self._closed = False
@@ -107,6 +109,7 @@ class Group:
             raise
         with _live_lock:
             _live.add(self)
+            _by_name[self._name] = self
 
     # ----- identity -----------------------------------------------------
     def rank(self) -> int:
@@ -237,13 +240,31 @@ class Group:
         """Close the group gracefully: peers are told this rank is leaving."""
         self._close()
 
-    def abort(self, *args, **kwargs):
-        """Fail every pending op of this group at once and drop its connections."""
+    def _run_abort_hooks(self) -> None:
+        """Run the abort hooks (torch's: a flight recorder dump); each hook
+        is idempotent by torch's contract, and runs here at most once per
+        failure of the group."""
         for hook in list(self._abort_hooks.values()):
             try:
                 hook()
             except Exception as e:  # noqa: BLE001 - a hook's failure must not stop the abort
                 _log.log(logging.WARNING, "godist: group %s: an abort hook raised: %s", self._name, e)
+
+    def _failed(self, exc) -> None:
+        """An op of this group failed (timeout, lost peer, desync): the
+        group is broken in Go. Run the abort hooks once, and write torch's
+        flight recorder trace if it records this process's groups."""
+        if self._hooks_ran:
+            return
+        self._hooks_ran = True
+        self._run_abort_hooks()
+        _dump_flight_recorder()
+
+    def abort(self, *args, **kwargs):
+        """Fail every pending op of this group at once and drop its connections."""
+        if not self._hooks_ran:
+            self._hooks_ran = True
+            self._run_abort_hooks()
         if not self._closed:
             try:
                 _lib.load().pg_abort(self._h)
@@ -629,3 +650,44 @@ def close_all():
         groups = list(_live)
     for g in groups:
         g._close()
+
+
+def flight_recorder_requested() -> bool:
+    """Whether the environment asks for torch's flight recorder
+    (TORCH_FR_BUFFER_SIZE, else TORCH_NCCL_TRACE_BUFFER_SIZE, above 0)."""
+    for var in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        v = os.environ.get(var, "").strip()
+        if v:
+            try:
+                return int(v) > 0
+            except ValueError:
+                return False
+    return False
+
+
+_fr_dumped = False
+
+
+def _dump_flight_recorder() -> None:
+    """Write the flight recorder's trace of godist's groups to
+    <TORCH_FR_DUMP_TEMP_FILE><global rank>, once per process (what torch's
+    own backends do when a collective fails), for torchfrtrace to read."""
+    global _fr_dumped
+    dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_file", None)
+    if _fr_dumped or dump is None or not flight_recorder_requested():
+        return
+    _fr_dumped = True
+    try:
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        dump(rank, backend="godist")
+    except Exception as e:  # noqa: BLE001 - a failed dump must not hide the op's error
+        _log.log(logging.WARNING, "godist: could not write the flight recorder's trace: %s", e)
+
+
+def _on_failure(name: str, exc) -> None:
+    g = _by_name.get(name)
+    if g is not None:
+        g._failed(exc)
+
+
+_errors.failure_listeners.append(_on_failure)

@@ -24,13 +24,12 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import os
 
 import torch
 import torch.distributed as dist
 
 from . import _fast, _forms, _group, _lib, _log
-from ._group import Group, _live, _live_lock
+from ._group import Group, _live, _live_lock, flight_recorder_requested
 from .backend import AVAILABLE as _HAS_BACKEND
 from .backend import GodistBackend
 
@@ -38,19 +37,6 @@ _C = torch._C._distributed_c10d
 _PG = dist.ProcessGroup
 _ARO = _C.AllreduceOptions
 _CUSTOM = dist.ProcessGroup.BackendType.CUSTOM
-
-
-def flight_recorder_requested() -> bool:
-    """Whether the environment asks for torch's flight recorder
-    (TORCH_FR_BUFFER_SIZE, else TORCH_NCCL_TRACE_BUFFER_SIZE, above 0)."""
-    for var in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
-        v = os.environ.get(var, "").strip()
-        if v:
-            try:
-                return int(v) > 0
-            except ValueError:
-                return False
-    return False
 
 
 class GodistProcessGroup(_PG):
