@@ -58,9 +58,10 @@ def _create(dist_opts, pg_options=None):
     ProcessGroup routes the CPU tensors to."""
     args = (dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout)
     name = str(getattr(dist_opts, "group_id", "") or "")
+    reconf = bool(getattr(dist_opts, "enable_reconfigure", False))
     if _HAS_BACKEND and _shares_devices():
-        return GodistBackend(*args, group_name=name)
-    return GodistProcessGroup(*args, group_name=name)
+        return GodistBackend(*args, group_name=name, enable_reconfigure=reconf)
+    return GodistProcessGroup(*args, group_name=name, enable_reconfigure=reconf)
 
 
 def monitored_barrier(group: dist.ProcessGroup | None = None, timeout: datetime.timedelta | None = None,

@@ -25,8 +25,9 @@ import datetime
 import torch
 import torch.distributed as dist
 
-from . import _errors, _forms
-from ._group import Group
+from . import _errors, _forms, _reconfigure
+from ._group import Group, Unconfigured
+from .work import combine
 
 _C = torch._C._distributed_c10d
 _Base = getattr(_C, "Backend", object)
@@ -64,17 +65,21 @@ class GodistBackend(_Base):
     """
 
     def __init__(self, store=None, rank: int | None = None, size: int | None = None,
-                 timeout: datetime.timedelta | None = None, group_name: str = "", *, group: Group | None = None):
+                 timeout: datetime.timedelta | None = None, group_name: str = "", *, group: Group | None = None,
+                 enable_reconfigure: bool = False):
         if not AVAILABLE:
             raise RuntimeError(f"godist: GodistBackend needs torch 2.14 or later (a Python subclass of c10d's "
                                f"Backend); this is torch {torch.__version__}. Use GodistProcessGroup there.")
         if group is None:
             if store is None or rank is None or size is None:
                 raise TypeError("godist: GodistBackend(store, rank, size, timeout) or GodistBackend(group=...)")
-            group = Group(store, rank, size, timeout, group_name)
+            make = Unconfigured if enable_reconfigure else Group
+            group = make(store, rank, size, timeout, group_name)
         super().__init__(group._rank, group._size)
         self._g = group
         self._splits = 0
+        self._members = None  # _reconfigure.Membership, made by the first get_reconfigure_handle
+        self._base_name = group._name
 
     def __getattr__(self, name):
         # The engine's attributes (_h, _device_path, shared_memory, ...) for
@@ -115,7 +120,7 @@ class GodistBackend(_Base):
 
     @property
     def supports_reconfigure(self) -> bool:
-        return False
+        return True
 
     @property
     def supports_window(self) -> bool:
@@ -139,13 +144,30 @@ class GodistBackend(_Base):
     def eager_connect_single_device(self, device=None) -> None:
         pass  # connected at creation
 
+    def _membership(self) -> _reconfigure.Membership:
+        m = self._members
+        if m is None:
+            m = self._members = _reconfigure.Membership(self._g._store)
+        return m
+
     def get_reconfigure_handle(self) -> str:
-        raise RuntimeError("godist: this backend does not support reconfigure; use shrink_group, split_group or a "
-                           "new group")
+        """This rank's handle for dist._reconfigure (the same every call)."""
+        return self._membership().handle
 
     def reconfigure(self, opts):
-        raise RuntimeError("godist: this backend does not support reconfigure; use shrink_group, split_group or a "
-                           "new group")
+        """Form a new group of the members whose handles opts.handles lists
+        (a list: ranks by position; a set: ranks chosen by godist); every
+        later op runs on it. Synchronous: returns a completed Work. On
+        failure the group stays as it was."""
+        m = self._membership()
+        uuid, rank, ordered, timeout = m.plan(opts)
+        old = self._g
+        timeout = timeout or old._timeout
+        store = m.meeting_store(uuid, ordered, timeout) if len(ordered) > 1 else None
+        self._g = Group(store, rank, len(ordered), timeout, f"{self._base_name}:rc{uuid}")
+        m.used.add(uuid)
+        old._close()
+        return combine("reconfigure", [])
 
     def new_window(self, tensor=None):
         raise RuntimeError("godist: this backend has no one-sided windows")
@@ -164,6 +186,8 @@ class GodistBackend(_Base):
 
     def shutdown(self) -> None:
         self._g.shutdown()
+        if self._members is not None:
+            self._members.close()
 
     def register_abort_hook(self, hook_id: int, hook) -> None:
         self._g._abort_hooks[int(hook_id)] = hook

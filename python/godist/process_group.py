@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from . import _fast, _forms, _group, _lib, _log
-from ._group import Group, _live, _live_lock, flight_recorder_requested
+from ._group import Group, Unconfigured, _live, _live_lock, flight_recorder_requested
 from .backend import AVAILABLE as _HAS_BACKEND
 from .backend import GodistBackend
 
@@ -43,9 +43,12 @@ class GodistProcessGroup(_PG):
     """A process group backed by godist's Go engine."""
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta | None = None, group_name: str = "",
-                 *, group: Group | None = None):
+                 *, group: Group | None = None, enable_reconfigure: bool = False):
         super().__init__(rank, size)
-        self._g = group if group is not None else Group(store, rank, size, timeout, group_name)
+        if group is None:
+            make = Unconfigured if enable_reconfigure and _HAS_BACKEND else Group
+            group = make(store, rank, size, timeout, group_name)
+        self._g = group
         self._hook_ids = set()
         self._fr = flight_recorder_requested()
         self._hooked = self._fr
@@ -70,6 +73,13 @@ class GodistProcessGroup(_PG):
     # ----- identity -----------------------------------------------------
     def getBackendName(self) -> str:
         return "godist"
+
+    # rank and size follow the group a reconfigure forms
+    def rank(self) -> int:
+        return self._g._rank
+
+    def size(self) -> int:
+        return self._g._size
 
     if not _HAS_BACKEND:
         # torch keeps a group's name on its backends; before 2.14 this group
@@ -118,13 +128,34 @@ class GodistProcessGroup(_PG):
         self._hook_ids.discard(("post", int(hook_id)))
         self._rehook()
 
+    # ----- reconfigure (torch 2.15) ---------------------------------------
+    @property
+    def supports_reconfigure(self) -> bool:
+        return self._backend is not None
+
+    def get_reconfigure_handle(self) -> str:
+        return self._needs_backend("get_reconfigure_handle").get_reconfigure_handle()
+
+    def reconfigure(self, opts):
+        w = self._needs_backend("reconfigure").reconfigure(opts)
+        self._g = self._backend._g
+        return w
+
+    def _needs_backend(self, what: str):
+        if self._backend is None:
+            raise RuntimeError(f"godist: {what} needs torch 2.14 or later (this is torch {torch.__version__})")
+        return self._backend
+
     # ----- lifecycle ----------------------------------------------------
     def set_timeout(self, timeout: datetime.timedelta) -> None:
         self._g.set_timeout(timeout)
 
     def shutdown(self, *args, **kwargs):
         """Close the group gracefully: peers are told this rank is leaving."""
-        self._g.shutdown()
+        if self._backend is not None:
+            self._backend.shutdown()
+        else:
+            self._g.shutdown()
 
     def abort(self, *args, **kwargs):
         """Fail every pending op of this group at once and drop its connections."""

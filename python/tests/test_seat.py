@@ -64,12 +64,12 @@ def test_backend_flags_error_and_timeout():
     for r, out in enumerate(res):
         assert out["type"] == "GodistBackend" and out["same"], out
         assert out["flags"] == {"supports_splitting": True, "supports_shrinking": True,
-                                "supports_reconfigure": False, "supports_coalescing": True,
+                                "supports_reconfigure": True, "supports_coalescing": True,
                                 "supports_window": False, "supports_abort_hooks": True,
                                 "supports_completion_hooks": False, "_supports_time_estimate": False}, out
         assert out["alloc"] is False
         assert out["error"] == out["gloo_error"] == "ErrorType.SUCCESS"
-        assert out["pg_window"] is False and out["pg_reconfigure"] is False and out["dist_reconfigure"] in (False, None)
+        assert out["pg_window"] is False and out["pg_reconfigure"] is True and out["dist_reconfigure"] in (True, None)
         assert (out["name"], out["rank"], out["size"], out["options"]) == ("godist", r, 3, "godist")
         assert out["seq1"] == out["seq0"] + 1
         assert out["sum"] == [3.0] * 3
@@ -352,3 +352,114 @@ def test_shrink_group_after_a_rank_is_killed(flags):
     for r, out in enumerate(res[:3]):
         assert out["t"] == [6.0] * 4 and out["size"] == 3 and out["rank"] == r, out
         assert out["after"] < 2.0, out
+
+
+def _reconfigure_worker(rank, n, init_file):
+    """torch 2.15's reconfigure scenarios (as its own tests of the API run
+    them on gloo), one after another on one default group of n ranks."""
+    import godist
+
+    store = dist.FileStore(init_file + ".rc", n)
+    dist.init_process_group("godist", rank=rank, world_size=n, store=store, timeout=datetime.timedelta(seconds=30),
+                            enable_reconfigure=True)
+    pg = dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(torch.device("cpu"))
+    out = {"supports": (dist._supports_reconfigure(), backend.supports_reconfigure)}
+    try:
+        dist.all_reduce(torch.ones(1))
+    except RuntimeError as e:
+        out["before"] = str(e)
+
+    def handles(key):
+        store.set(f"{key}_{rank}", dist._get_reconfigure_handle())
+        return [store.get(f"{key}_{r}").decode() for r in range(n)]
+
+    def barrier(key):
+        store.set(f"{key}_{rank}", "1")
+        for r in range(n):
+            store.get(f"{key}_{r}")
+
+    def reconf(uuid, hs, timeout=30):
+        dist._reconfigure(uuid, hs, timeout=datetime.timedelta(seconds=timeout)).wait()
+
+    def total():
+        t = torch.full((4,), dist.get_rank() + 1.0)
+        dist.all_reduce(t)
+        return t[0].item()
+
+    everyone = handles("init")
+    reconf(100, everyone)
+    out["basic"] = (dist.get_rank(), dist.get_world_size(), total())
+    send, recv = torch.full((4,), rank + 1.0), torch.zeros(4)
+    if rank % 2 == 0:
+        sw, rw = backend.send([send], (rank + 1) % n, 0), backend.recv([recv], (rank - 1) % n, 0)
+    else:
+        rw, sw = backend.recv([recv], (rank - 1) % n, 0), backend.send([send], (rank + 1) % n, 0)
+    sw.wait()
+    rw.wait()
+    out["p2p"] = recv[0].item()
+    # shrink: the middle rank left out, the others renumbered
+    mid = n // 2
+    if rank != mid:
+        reconf(200, [h for r, h in enumerate(everyone) if r != mid])
+        out["shrink"] = (dist.get_rank(), dist.get_world_size(), total())
+    barrier("shrunk")
+    # every rank alone, then all together again, in handle order (a set)
+    reconf(300 + rank, [dist._get_reconfigure_handle()])
+    out["alone"] = (dist.get_rank(), dist.get_world_size(), total())
+    reconf(400, set(everyone))
+    out["set"] = (dist.get_rank(), dist.get_world_size(), total(), sorted(everyone).index(everyone[rank]))
+    # merge and split
+    half = n // 2
+    reconf(500 if rank < half else 501, everyone[:half] if rank < half else everyone[half:])
+    out["split"] = (dist.get_world_size(), total())
+    reconf(502, everyone)
+    out["merge"] = total()
+    # a member that does not come: every other fails within the timeout,
+    # keeps its group, and a retry without it succeeds
+    if rank != n - 1:
+        t0 = time.monotonic()
+        try:
+            reconf(600, everyone, timeout=3)
+            out["missing"] = "formed"
+        except Exception as e:  # noqa: BLE001
+            out["missing"] = (type(e).__name__, round(time.monotonic() - t0, 1))
+        out["kept"] = dist.get_world_size()
+        reconf(601, everyone[:-1])
+        out["retry"] = (dist.get_world_size(), total())
+    barrier("retried")
+    reconf(700 + rank, [dist._get_reconfigure_handle()])
+    try:
+        reconf(700 + rank, [dist._get_reconfigure_handle()])
+    except RuntimeError as e:
+        out["reuse"] = str(e)
+    out["handle_same"] = dist._get_reconfigure_handle() == everyone[rank]
+    out["godist"] = isinstance(godist.group_of(pg), godist._group.Group)
+    return out
+
+
+@pytest.mark.timeout(150)
+def test_reconfigure_grows_shrinks_and_retries():
+    """dist._reconfigure on a group made with enable_reconfigure=True: ranks
+    by list position or chosen for a set, shrink, every rank alone and back,
+    split and merge, a member that never comes (every other rank fails
+    within the timeout, keeps its group and retries), a reused uuid."""
+    n = 3
+    res = run_world(_reconfigure_worker, n, timeout=130)
+    for r, out in enumerate(res):
+        assert out["supports"] == (True, True), out
+        assert "enable_reconfigure=True" in out["before"], out
+        assert out["basic"] == (r, n, 6.0), out
+        assert out["p2p"] == ((r - 1) % n) + 1.0, out
+        if r != n // 2:
+            assert out["shrink"] == (r if r < n // 2 else r - 1, n - 1, 1.0 + 2.0), out
+        assert out["alone"] == (0, 1, 1.0), out
+        assert out["set"][0] == out["set"][3] and out["set"][1:3] == (n, 6.0), out
+        assert out["split"] == ((1, 1.0) if r < n // 2 else (2, 3.0)), out
+        assert out["merge"] == 6.0, out
+        if r != n - 1:
+            assert out["missing"][0] in ("GodistTimeoutError", "DistStoreError", "DistBackendError"), out
+            assert out["missing"][1] < 10, out
+            assert out["kept"] == n and out["retry"] == (n - 1, 3.0), out
+        assert "already used" in out["reuse"], out
+        assert out["handle_same"] and out["godist"], out
