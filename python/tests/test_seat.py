@@ -24,8 +24,8 @@ def _has_backend() -> bool:
     return godist._HAS_BACKEND
 
 
-pytestmark = pytest.mark.skipif(not _has_backend(), reason=f"torch {torch.__version__} cannot subclass c10d's "
-                                "Backend in Python (needs 2.14+): godist groups have no c10d Backend there")
+needs_backend = pytest.mark.skipif(not _has_backend(), reason=f"torch {torch.__version__} cannot subclass c10d's "
+                                   "Backend in Python (needs 2.14+): godist groups have no c10d Backend there")
 
 _FLAGS = ("supports_splitting", "supports_shrinking", "supports_reconfigure", "supports_coalescing",
           "supports_window", "supports_abort_hooks", "supports_completion_hooks", "_supports_time_estimate")
@@ -55,6 +55,7 @@ def _flags_worker(rank, n, init_file):
     return out
 
 
+@needs_backend
 @pytest.mark.timeout(120)
 def test_backend_flags_error_and_timeout():
     """The group's cpu backend is a GodistBackend that answers every flag
@@ -120,7 +121,7 @@ def _forms(pg, rank, n):
 def _forms_worker(rank, n, init_file):
     gloo = init(rank, n, init_file)
     return {"godist": _forms(dist.group.WORLD, rank, n), "gloo": _forms(gloo, rank, n),
-            "backend": _forms(dist.group.WORLD._get_backend(torch.device("cpu")), rank, n)}
+            "backend": _forms(dist.group.WORLD._get_backend(torch.device("cpu")), rank, n)}  # itself before 2.14
 
 
 @pytest.mark.timeout(120)
@@ -164,6 +165,7 @@ def _hooks_worker(rank, n, init_file):
     return seen, results
 
 
+@needs_backend
 @pytest.mark.timeout(120)
 def test_pre_and_post_hooks_fire_as_on_gloo():
     """Pre/post hooks registered on a godist group fire for every collective,
@@ -191,6 +193,7 @@ def _fr_worker(rank, n, init_file):
     return counts
 
 
+@needs_backend
 @pytest.mark.timeout(120)
 def test_flight_recorder_records_godist_collectives():
     """With TORCH_FR_BUFFER_SIZE set, torch's flight recorder holds an
@@ -215,6 +218,7 @@ def _skip_worker(rank, n, init_file):
     return None
 
 
+@needs_backend
 @pytest.mark.timeout(120)
 def test_flight_recorder_dump_names_the_rank_that_skipped(tmp_path):
     """A job where rank 1 skips an all_reduce: both ranks fail, write torch's
@@ -253,6 +257,7 @@ def _compose_worker(rank, n, init_file):
     return t.tolist(), u.tolist(), ok
 
 
+@needs_backend
 @pytest.mark.timeout(120)
 def test_users_compose_a_group_with_a_godist_backend():
     """A ProcessGroup built by the user, with a GodistBackend registered
@@ -274,6 +279,7 @@ def _mixed_worker(rank, n, init_file):
     return type(pg).__name__, isinstance(cpu, godist.GodistBackend), type(cuda).__name__, t.tolist()
 
 
+@needs_backend
 @pytest.mark.timeout(120)
 def test_device_map_routes_cpu_to_godist_and_cuda_elsewhere():
     """init_process_group("cpu:godist,cuda:gloo"): torch's ProcessGroup
@@ -312,6 +318,7 @@ def _split_worker(rank, n, init_file):
             "gloo_split_s": gloo_split_s}
 
 
+@needs_backend
 @pytest.mark.timeout(150)
 def test_split_group_forms_working_children():
     """dist.split_group on a godist group: each child sums over its own
@@ -342,6 +349,7 @@ def _shrink_worker(rank, n, init_file, flags):
     return {"t": t.tolist(), "size": new.size(), "rank": new.rank(), "after": after}
 
 
+@needs_backend
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("flags", [0, 1], ids=["SHRINK_DEFAULT", "SHRINK_ABORT"])
 def test_shrink_group_after_a_rank_is_killed(flags):
@@ -438,6 +446,7 @@ def _reconfigure_worker(rank, n, init_file):
     return out
 
 
+@needs_backend
 @pytest.mark.timeout(150)
 def test_reconfigure_grows_shrinks_and_retries():
     """dist._reconfigure on a group made with enable_reconfigure=True: ranks
