@@ -15,8 +15,8 @@ semantics follow ProcessGroupNCCL:
   for it (the CPU does not block); ``get_future()`` is a CUDA-aware future.
 
 Communicators are made on first use: the group's (every rank) for
-collectives, or, for point-to-point ops before the group has one, one per
-pair of ranks. The lead rank's NCCL unique id goes through the group's store.
+collectives, and one per pair of ranks for point-to-point ops (a batch of
+them with one peer included), as ProcessGroupNCCL does. The lead rank's NCCL unique id goes through the group's store.
 Go's watchdog fails an op whose device work outlives its timeout (aborting
 the communicator) on every rank that waits for it.
 """
@@ -147,15 +147,19 @@ class NcclPath:
 
     # ----- communicators ------------------------------------------------
     def _ensure(self, device: torch.device, peer: int = -1):
-        """Make the communicator an op needs, if there is none yet."""
+        """Make the communicator an op needs, if there is none yet: the
+        group's for collectives, the pair's for point-to-point ops even when
+        the group has one (as ProcessGroupNCCL: on one communicator, a send
+        issued before a collective on one rank and after it on the other
+        would wait for each other)."""
         if peer == self._pg._rank:
             peer = -1  # to itself: the group's communicator (in one NCCL group with the matching call)
         ready = self._ready
-        if -1 in ready or peer in ready:
+        if peer in ready:
             return
         pg, lib = self._pg, self._lib
         with self._lock:
-            if -1 in ready or peer in ready:
+            if peer in ready:
                 return
             if peer < 0:
                 key, lead = "godist/nccl/group", pg._rank == 0
