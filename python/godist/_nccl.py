@@ -262,6 +262,9 @@ class NcclPath:
                 side = self._sides[device.index] = torch.cuda.Stream(device)
             work = CudaWork(op, outputs, self._pg, device, contig, side)
             work._h = h
+        if not h:  # nothing left to track (Go gives every device op a handle)
+            work._finish()
+            return work
         group = _Group(work, None, keep, (h,))
         work._group = group
         completer.hold(group)
