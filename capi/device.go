@@ -17,11 +17,12 @@ import (
 
 // The device path's entry points: an op block with GODIST_CUDA describes
 // CUDA memory, and each op becomes NCCL calls (deviceCalls) enqueued on
-// the block's stream by libgodist's device path. A synchronous op returns
-// no handle (the device runs it in stream order; the engine's watchdog
-// still bounds it); an asynchronous one returns a work handle that
-// completes when the device has run it, and godist_device_order makes a
-// stream wait for it.
+// the block's stream by libgodist's device path. Every op returns a work
+// handle that completes when the device has run it, or fails (naming the
+// op) when the engine's watchdog finds it timed out or its communicator
+// failed; godist_device_order makes a stream wait for it. A synchronous op
+// is already in its stream's order: its handle is how its own failure
+// reaches the caller.
 
 // devBuf is a buffer of CUDA memory.
 type devBuf struct {
@@ -282,9 +283,7 @@ func runDevice(pg *libgodist.ProcessGroup, c *C.godist_op, name string) C.int {
 	if err != nil {
 		return finish(err, c.errbuf, c.errlen)
 	}
-	if async {
-		c.work = C.uint64_t(handles.put(w))
-	}
+	c.work = C.uint64_t(handles.put(w))
 	return statusOK
 }
 
@@ -405,7 +404,7 @@ func godist_nccl_info(buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t,
 // godist_device_batch enqueues the device ops of n blocks (each with
 // GODIST_CUDA, one device and stream) as one NCCL group: coalesced
 // collectives and batch_isend_irecv. The first block receives the work's
-// handle (asynchronous blocks) or the error.
+// handle or the error.
 //
 //export godist_device_batch
 func godist_device_batch(blocks *C.godist_op, n C.int32_t) (rc C.int) {
@@ -450,9 +449,7 @@ func godist_device_batch(blocks *C.godist_op, n C.int32_t) (rc C.int) {
 	if err != nil {
 		return finish(err, first.errbuf, first.errlen)
 	}
-	if async {
-		first.work = C.uint64_t(handles.put(w))
-	}
+	first.work = C.uint64_t(handles.put(w))
 	return statusOK
 }
 

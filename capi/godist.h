@@ -11,7 +11,7 @@
 // synchronous: it may run on the caller's thread, and if it completes
 // during the call the call returns its outcome and no work handle.
 #define GODIST_ASYNC 1  // the caller waits later: a work handle, pushed to godist_wait_any once watched
-#define GODIST_CUDA 2   // the buffers are CUDA memory on device: enqueued on stream (capi/device.go)
+#define GODIST_CUDA 2   // the buffers are CUDA memory on device: enqueued on stream, always a work handle (capi/device.go)
 #define GODIST_FLAGS 3  // every flag defined
 
 // godist_buf describes caller-owned memory (usually a tensor's storage):

@@ -17,8 +17,9 @@ import (
 // reads its fields, calls the libgodist method and stores the work's
 // handle in op->work; no logic lives here. A synchronous op (no
 // GODIST_ASYNC) may run inline on the caller's thread, and if it completed
-// during the call it returns its outcome directly and no handle (work 0).
-// An asynchronous op's handle is pushed to the completion queue
+// during the call it returns its outcome directly and no handle (work 0);
+// an op on CUDA memory always gets a handle (device.go). An asynchronous
+// op's handle is pushed to the completion queue
 // (godist_wait_any) once godist_work_watch asks for it.
 
 // opFunc is an op's body: the group, the block, and the per-call options.

@@ -24,7 +24,7 @@ type DeviceOp struct {
 	Device  int     // the device ordinal of the op's tensors
 	Stream  uintptr // the caller's current stream on Device
 	Async   bool    // run on the communicator's stream after Stream's work so far
-	Peer    int     // point-to-point ops: the peer's group rank; -1 for collectives
+	Peer    int     // point-to-point ops: the peer's group rank (its pair's communicator); -1 for collectives
 	Calls   []backend.DeviceCall
 	Timeout time.Duration // <= 0: the group's
 }
@@ -83,6 +83,16 @@ type devicePath struct {
 	wake    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
+}
+
+// NewWithDevice is NewWithTransport with acc carrying the group's device
+// memory (tests that run several ranks of a group in one process).
+func NewWithDevice(cfg Config, tr transport.Transport, acc backend.Accelerator) (*ProcessGroup, error) {
+	pg, err := NewWithTransport(cfg, tr)
+	if err == nil {
+		pg.attachDevice(acc)
+	}
+	return pg, err
 }
 
 func (pg *ProcessGroup) attachDevice(acc backend.Accelerator) {
@@ -194,11 +204,12 @@ func (d *devicePath) usable() error {
 }
 
 // comm picks the communicator of an op on device with peer; d.mu held.
+// Point-to-point ops take the communicator of their pair of ranks even
+// when the group has one, as ProcessGroupNCCL does: on one communicator a
+// send issued before a collective on one rank and after it on the other
+// would wait for each other until the timeout.
 func (d *devicePath) comm(device, peer int) (*deviceComm, error) {
-	c, ok := d.comms[GroupComm]
-	if !ok && peer != GroupComm {
-		c, ok = d.comms[peer]
-	}
+	c, ok := d.comms[peer]
 	if !ok {
 		return nil, invalidf("group %q has no communicator on cuda:%d for this op yet", d.pg.cfg.Group, device)
 	}

@@ -155,7 +155,7 @@ func (c *Comm) Done(ev backend.Event) (bool, error) {
 		return false, err
 	}
 	var st C.gn_status
-	switch C.gn_event_query(p, &st) {
+	switch C.gn_event_query(C.int(c.dev), p, &st) {
 	case 1:
 		return true, nil
 	case 0:
@@ -197,7 +197,7 @@ func (c *Comm) Err() error {
 		return nil
 	}
 	var st C.gn_status
-	if C.gn_async_error(c.c, &st) != 0 {
+	if C.gn_async_error(c.c, C.int(c.dev), &st) != 0 {
 		return statusError(&st, c.c)
 	}
 	return nil
@@ -216,7 +216,7 @@ func (c *Comm) Abort() {
 	}
 	c.aborted = true
 	var st C.gn_status
-	C.gn_abort(c.c, &st)
+	C.gn_abort(c.c, C.int(c.dev), &st)
 }
 
 // Close implements backend.DeviceComm.
@@ -234,12 +234,12 @@ func (c *Comm) Close(ctx context.Context) error {
 	}
 	c.evMu.Lock()
 	for _, p := range c.evs {
-		C.gn_event_destroy(p, &st)
+		C.gn_event_destroy(C.int(c.dev), p, &st)
 	}
 	c.evs, c.free = nil, nil
 	c.evMu.Unlock()
 	if c.pre != nil {
-		C.gn_event_destroy(c.pre, &st)
+		C.gn_event_destroy(C.int(c.dev), c.pre, &st)
 	}
 	C.gn_stream_destroy(C.int(c.dev), c.own, &st)
 	C.free(unsafe.Pointer(c.scratch))

@@ -173,6 +173,13 @@ static void restore_device(dev_guard *g) {
 	if (L.GetDevice(&guard_.prev) != 0) guard_.prev = -1;                      \
 	if (guard_.prev != (d)) CUDA(L.SetDevice(d), "cudaSetDevice")
 
+// TRY_DEVICE(d) is ON_DEVICE for calls that must go ahead even when the
+// device cannot be made current (an abort, a teardown).
+#define TRY_DEVICE(d)                                                           \
+	dev_guard guard_ __attribute__((cleanup(restore_device))) = {(d), -1};     \
+	if (L.GetDevice(&guard_.prev) != 0) guard_.prev = -1;                      \
+	if (guard_.prev != (d)) (void)L.SetDevice(d)
+
 static int64_t now_ms(void) {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -391,8 +398,9 @@ int gn_launch(void *comm, int dev, uintptr_t user_, void *own, void *pre, void *
 	return 0;
 }
 
-int gn_async_error(void *comm, gn_status *st) {
+int gn_async_error(void *comm, int dev, gn_status *st) {
 	NOT_BOUND(st);
+	ON_DEVICE(dev);
 	int state = 0;
 	int rc = L.CommGetAsyncError(comm, &state);
 	if (rc != 0) {
@@ -404,8 +412,9 @@ int gn_async_error(void *comm, gn_status *st) {
 	return 0;
 }
 
-int gn_abort(void *comm, gn_status *st) {
+int gn_abort(void *comm, int dev, gn_status *st) {
 	NOT_BOUND(st);
+	TRY_DEVICE(dev);
 	int rc = L.CommAbort(comm);
 	return rc == 0 ? 0 : nccl_fail(st, rc, "ncclCommAbort");
 }
@@ -430,8 +439,9 @@ int gn_event_create(int dev, void **ev, gn_status *st) {
 	return 0;
 }
 
-int gn_event_query(void *ev, gn_status *st) {
+int gn_event_query(int dev, void *ev, gn_status *st) {
 	NOT_BOUND(st);
+	ON_DEVICE(dev);
 	int rc = L.EventQuery(ev);
 	if (rc == 0) return 1;
 	if (rc == CUDA_NOT_READY) return 0;
@@ -439,8 +449,9 @@ int gn_event_query(void *ev, gn_status *st) {
 	return -1;
 }
 
-int gn_event_destroy(void *ev, gn_status *st) {
+int gn_event_destroy(int dev, void *ev, gn_status *st) {
 	NOT_BOUND(st);
+	TRY_DEVICE(dev);
 	CUDA(L.EventDestroy(ev), "cudaEventDestroy");
 	return 0;
 }

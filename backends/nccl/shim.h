@@ -74,8 +74,13 @@ int gn_comm_init(void **comm, void **stream, int dev, int nranks, const void *id
 // wait for calls in progress.
 int gn_launch(void *comm, int dev, uintptr_t user, void *own, void *pre, void *end, const gn_call *calls, int n,
               int64_t timeout_ms, const int *stop, gn_status *st);
-int gn_async_error(void *comm, gn_status *st);
-int gn_abort(void *comm, gn_status *st);
+// Every call that touches a communicator, stream or event takes the device
+// it lives on, makes it current for the call and restores the caller's:
+// the CUDA runtime's current device is per host thread, and Go runs these
+// calls on whatever thread a goroutine has (the watchdog's, a closer's),
+// where it would default to device 0.
+int gn_async_error(void *comm, int dev, gn_status *st);
+int gn_abort(void *comm, int dev, gn_status *st);
 // gn_destroy finalizes and destroys a healthy communicator, aborting it if
 // that does not end within timeout_ms.
 int gn_destroy(void *comm, int dev, int64_t timeout_ms, gn_status *st);
@@ -83,8 +88,8 @@ int gn_destroy(void *comm, int dev, int64_t timeout_ms, gn_status *st);
 int gn_event_create(int dev, void **ev, gn_status *st);
 // gn_event_query returns 1 when the work before ev has completed, 0 when
 // not yet, -1 on an error (in st).
-int gn_event_query(void *ev, gn_status *st);
-int gn_event_destroy(void *ev, gn_status *st);
+int gn_event_query(int dev, void *ev, gn_status *st);
+int gn_event_destroy(int dev, void *ev, gn_status *st);
 int gn_stream_wait(int dev, uintptr_t stream, void *ev, gn_status *st);
 int gn_stream_destroy(int dev, void *stream, gn_status *st);
 

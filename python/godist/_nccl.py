@@ -15,8 +15,8 @@ semantics follow ProcessGroupNCCL:
   for it (the CPU does not block); ``get_future()`` is a CUDA-aware future.
 
 Communicators are made on first use: the group's (every rank) for
-collectives, or, for point-to-point ops before the group has one, one per
-pair of ranks. The lead rank's NCCL unique id goes through the group's store.
+collectives, and one per pair of ranks for point-to-point ops (a batch of
+them with one peer included), as ProcessGroupNCCL does. The lead rank's NCCL unique id goes through the group's store.
 Go's watchdog fails an op whose device work outlives its timeout (aborting
 the communicator) on every rank that waits for it.
 """
@@ -24,6 +24,7 @@ the communicator) on every rank that waits for it.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 
 import torch
@@ -92,6 +93,8 @@ class CudaWork(GodistWork):
             stream.wait_event(self._copied)
 
     def wait(self, timeout=None) -> bool:
+        if _BLOCKING_WAIT and not self._done:
+            GodistWork.wait(self, timeout)
         self._order()
         return True
 
@@ -119,8 +122,7 @@ class CudaWork(GodistWork):
 
 
 class _SyncWork(GodistWork):
-    """The Work of a synchronous op: it runs on the current stream, so
-    waiting is free; get_future is a CUDA-aware future of the outputs."""
+    """The Work of a synchronous op with nothing to run (empty lists)."""
 
     def __init__(self, op, outputs, device):
         super().__init__(op, outputs, done=True)
@@ -130,6 +132,51 @@ class _SyncWork(GodistWork):
         fut = torch.futures.Future(devices=[self._device])
         with torch.cuda.device(self._device):
             fut.set_result(self._outputs)
+        return fut
+
+
+# GODIST_CUDA_BLOCKING_WAIT=1: wait() of an op on CUDA tensors (which
+# torch's frontend calls for every synchronous op) waits on the CPU until
+# the device has run the op, so that a failure raises from the op itself.
+_BLOCKING_WAIT = os.environ.get("GODIST_CUDA_BLOCKING_WAIT", "0").strip() not in ("", "0")
+
+
+class SyncCudaWork(GodistWork):
+    """The Work of a synchronous op: it runs on the current stream, so later
+    work on that stream is ordered after it and wait() need not order
+    anything. Go tracks it like an asynchronous op (its handle completes
+    when the device has run it, or fails naming the op when it times out or
+    its communicator fails): wait() and is_completed() report that failure
+    once the watchdog has found it, and with GODIST_CUDA_BLOCKING_WAIT=1
+    wait() waits for the outcome, so a timeout raises from the op itself.
+    Without it the CPU never waits, as in torch's nccl backend, and a
+    failure found later raises from the group's next op, naming this one.
+    get_future is a CUDA-aware future of the outputs."""
+
+    def __init__(self, op, outputs, device):
+        super().__init__(op, outputs)
+        self._device = device
+
+    def wait(self, timeout=None) -> bool:
+        if _BLOCKING_WAIT or timeout:
+            return super().wait(timeout)
+        if self._exc is not None:
+            raise self._exc
+        return True
+
+    def synchronize(self):
+        self.wait()
+
+    def block_current_stream(self):
+        self.wait()
+
+    def get_future(self):
+        fut = torch.futures.Future(devices=[self._device])
+        with torch.cuda.device(self._device):
+            if self._exc is not None:
+                fut.set_exception(self._exc)
+            else:
+                fut.set_result(self._outputs)
         return fut
 
 
@@ -147,15 +194,19 @@ class NcclPath:
 
     # ----- communicators ------------------------------------------------
     def _ensure(self, device: torch.device, peer: int = -1):
-        """Make the communicator an op needs, if there is none yet."""
+        """Make the communicator an op needs, if there is none yet: the
+        group's for collectives, the pair's for point-to-point ops even when
+        the group has one (as ProcessGroupNCCL: on one communicator, a send
+        issued before a collective on one rank and after it on the other
+        would wait for each other)."""
         if peer == self._pg._rank:
             peer = -1  # to itself: the group's communicator (in one NCCL group with the matching call)
         ready = self._ready
-        if -1 in ready or peer in ready:
+        if peer in ready:
             return
         pg, lib = self._pg, self._lib
         with self._lock:
-            if -1 in ready or peer in ready:
+            if peer in ready:
                 return
             if peer < 0:
                 key, lead = "godist/nccl/group", pg._rank == 0
@@ -203,17 +254,21 @@ class NcclPath:
         else:
             h = self._run_batch([b for _, b in calls])
         if not async_op:
-            contig.finalize()
-            return _SyncWork(op, outputs, device)
-        side = self._sides.get(device.index)
-        if side is None:
-            side = self._sides[device.index] = torch.cuda.Stream(device)
-        work = CudaWork(op, outputs, self._pg, device, contig, side)
-        work._h = h
+            contig.finalize()  # copy-backs on the current stream, after the op
+            work = SyncCudaWork(op, outputs, device)
+        else:
+            side = self._sides.get(device.index)
+            if side is None:
+                side = self._sides[device.index] = torch.cuda.Stream(device)
+            work = CudaWork(op, outputs, self._pg, device, contig, side)
+            work._h = h
+        if not h:  # nothing left to track (Go gives every device op a handle)
+            work._finish()
+            return work
         group = _Group(work, None, keep, (h,))
         work._group = group
         completer.hold(group)
-        completer.watch(group)  # release the tensors once the device has run the op
+        completer.watch(group)  # release the tensors once the device has run the op, collect its outcome
         return work
 
     def _run_batch(self, blocks):
@@ -471,8 +526,9 @@ class NcclPath:
         t = self._scratch.get(dev.index)
         if t is None:
             t = self._scratch[dev.index] = torch.zeros(1, device=dev)
-        self._reduce_one("barrier", self._pg._raw_allreduce, t, opts, 0, async_op=False)
+        w = self._reduce_one("barrier", self._pg._raw_allreduce, t, opts, 0, async_op=False)
         torch.cuda.current_stream(dev).synchronize()
+        GodistWork.wait(w)  # the watchdog's verdict: done, or failed (timed out, aborted)
         return _SyncWork("barrier", [], dev)
 
     # ----- point to point -----------------------------------------------

@@ -56,6 +56,10 @@ SETTINGS = {
     "GODIST_CUDA": ("auto", "how collectives run on CUDA tensors: auto (NCCL when it loads and sees a GPU, else "
                             "staged), nccl (through NCCL) or staged (copied through pinned host memory over godist's "
                             "CPU transports; no NCCL needed)"),
+    "GODIST_CUDA_BLOCKING_WAIT": ("0", "1: a synchronous op on CUDA tensors (and wait() of an asynchronous one) waits "
+                                       "on the CPU until the GPU has run it, so that a timeout raises from the op "
+                                       "itself; 0: the CPU never waits, as in torch's nccl backend, and a failure "
+                                       "found later raises from the group's next op"),
     "GODIST_NCCL_LIBRARY": ("", "the path of libnccl.so.2 to load; empty: the copy torch loaded, else the loader's "
                                 "search path"),
     "GODIST_CUDART_LIBRARY": ("", "the path of the CUDA runtime (libcudart.so) to load; empty: the copy torch "

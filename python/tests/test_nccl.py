@@ -190,3 +190,52 @@ def test_reduction_accepts_what_nccl_has():
     assert _reduction(torch.bool, dist.ReduceOp.MAX)["reduce_op"] == 4
     with pytest.raises(ValueError, match="bool"):
         _reduction(torch.bool, dist.ReduceOp.AVG)
+
+
+# ----- which communicator an op makes ------------------------------------
+
+class _Store:
+    def __init__(self, kv):
+        self.kv, self.written = dict(kv), []
+
+    def set(self, k, v):
+        self.kv[k] = v
+        self.written.append(k)
+
+    def get(self, k):
+        return self.kv[k]
+
+
+class _OpenLib:
+    def __init__(self):
+        self.opened = []
+
+    def device_id(self, h):  # stands in for the entry point read_bytes calls
+        raise AssertionError("not called: read_bytes is replaced")
+
+    def device_open(self, h, device, peer, uid, n):
+        self.opened.append(peer)
+
+
+@pytest.mark.timeout(60)
+def test_point_to_point_gets_its_pair_communicator(monkeypatch):
+    """Once the group has a communicator, a send or recv still makes (once)
+    the communicator of its pair of ranks, as ProcessGroupNCCL does; an op
+    to this rank itself takes the group's."""
+    import threading
+    from types import SimpleNamespace
+
+    from godist import _nccl
+
+    monkeypatch.setattr(_nccl._lib, "read_bytes", lambda fn, h, size: b"u" * size)
+    path = NcclPath.__new__(NcclPath)
+    path._pg = SimpleNamespace(_rank=1, _size=4, _h=7, _store=_Store({"godist/nccl/group": b"g" * 128, "godist/nccl/p2p/0-1": b"p" * 128}))
+    path._lib, path._lock, path._ready = _OpenLib(), threading.Lock(), set()
+    dev = torch.device("cuda", 0)
+    path._ensure(dev)  # a collective: the group's
+    path._ensure(dev, 3)  # a send to 3 after it: the pair's
+    path._ensure(dev, 3)
+    path._ensure(dev, 0)
+    path._ensure(dev, 1)  # to itself: the group's
+    assert path._lib.opened == [-1, 3, 0]
+    assert path._pg._store.written == ["godist/nccl/p2p/1-3"]  # rank 1 leads the pair 1-3 only

@@ -15,6 +15,7 @@ static void (*fk_hang)(int);
 static void (*fk_async)(int);
 static int (*fk_counts)(int64_t *, int);
 static void (*fk_errors)(char *, int);
+static void *(*fk_stream)(int);
 
 static const char *fk_open(const char *path) {
 	fk_lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -23,13 +24,15 @@ static const char *fk_open(const char *path) {
 	*(void **)(&fk_async) = dlsym(fk_lib, "fake_set_async_error");
 	*(void **)(&fk_counts) = dlsym(fk_lib, "fake_counts");
 	*(void **)(&fk_errors) = dlsym(fk_lib, "fake_errors");
-	if (!fk_hang || !fk_async || !fk_counts || !fk_errors) return "a fake_ symbol is missing";
+	*(void **)(&fk_stream) = dlsym(fk_lib, "fake_stream");
+	if (!fk_hang || !fk_async || !fk_counts || !fk_errors || !fk_stream) return "a fake_ symbol is missing";
 	return NULL;
 }
 static void fk_set_hang(int on) { fk_hang(on); }
 static void fk_set_async(int rc) { fk_async(rc); }
 static int fk_get_counts(int64_t *out, int n) { return fk_counts(out, n); }
 static void fk_get_errors(char *buf, int n) { fk_errors(buf, n); }
+static uintptr_t fk_new_stream(int dev) { return (uintptr_t)fk_stream(dev); }
 */
 import "C"
 
@@ -85,6 +88,10 @@ func Errors() string {
 	C.fk_get_errors(&buf[0], C.int(len(buf)))
 	return C.GoString(&buf[0])
 }
+
+// Stream makes a stream of device dev, to stand for a caller's current
+// stream (it is never freed).
+func Stream(dev int) uintptr { return uintptr(C.fk_new_stream(C.int(dev))) }
 
 // Mem is host memory outside Go's heap, standing in for device memory.
 type Mem struct {

@@ -5,37 +5,33 @@
 // engine's device path run end to end without a GPU. One shared object
 // serves as both libraries:
 //
-//	gcc -shared -fPIC -o libfakenccl.so fake_nccl.c -lpthread
+//	gcc -shared -fPIC -o libfakenccl.so fake_nccl.c fake_cuda.c -lpthread
 //
-// (the build constraint above keeps the go tool from compiling this file
-// into the package next to it). "Device memory" is host memory; work runs
-// at the call, so an event recorded after it is done at once, except when
-// the test has the fake hang (fake_set_hang): collectives then do nothing,
-// events recorded after them on the same stream stay not ready and a
-// group stays in progress, until their communicator is aborted. Only one-rank communicators are
-// supported. Misuse the real libraries would not report (a PREMUL_SUM op
-// destroyed while a grouped call still uses it, a call on an aborted or
-// destroyed communicator) is recorded; fake_errors returns it.
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdint.h>
+// (the build constraint above keeps the go tool from compiling these files
+// into the package next to them). "Device memory" is host memory.
+//
+// The ranks of a communicator are communicators made in this process with
+// the same unique id (a test runs each rank's group in one process). Each
+// rank's calls on a communicator (a call, or its calls in one NCCL group)
+// are queued in order, and the ranks' entries at the same position run
+// together once every rank has posted its own and the work it waits for
+// on its stream is done: as on a GPU, a rank's collective waits for its
+// peers, and a stream's later work waits for it. Entries that do not
+// match (different collectives, a send with no receive from its peer)
+// never run, as NCCL would hang. A one-rank communicator's work runs at
+// the call. The test can make the fake hang (fake_set_hang): calls then
+// never run, events after them stay not ready and a group stays in
+// progress, until their communicator is aborted. Reductions of more than
+// one rank take float32, float64, int32 and int64. Misuse the real
+// libraries would not report (a PREMUL_SUM op destroyed while a grouped
+// call still uses it, a call on an aborted or destroyed communicator, a
+// call on a stream or event while another device is current) is recorded;
+// fake_errors returns it.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define EXPORT __attribute__((visibility("default")))
-
-enum {
-	ncclSuccess = 0,
-	ncclInternalError = 3,
-	ncclInvalidArgument = 4,
-	ncclInvalidUsage = 5,
-	ncclInProgress = 7,
-};
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidDevice = 101, cudaErrorNotReady = 600 };
-enum { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kSend, kRecv };
-enum { tInt8, tUint8, tInt32, tUint32, tInt64, tUint64, tFloat16, tFloat32, tFloat64, tBfloat16 };
-enum { oSum, oProd, oMax, oMin, oAvg, oNumOps };
+#include "fake.h"
 
 #define MAX_PREMUL 64
 #define MAX_PENDING 256
@@ -47,27 +43,6 @@ typedef struct {
 	int blocking;
 } config_prefix;
 
-typedef struct fcomm {
-	int nranks, rank;
-	int polls;      // GetAsyncError answers ncclInProgress this many more times
-	int dead;       // aborted or destroyed: any further use is an error
-	int finalized;
-	int magic;
-} fcomm;
-#define COMM_MAGIC 0x5eed
-
-typedef struct fstream {
-	fcomm *hung_by; // set by a collective issued while hanging
-	int magic;
-} fstream;
-#define STREAM_MAGIC 0x57ea
-
-typedef struct fevent {
-	fcomm *waiting; // not done until this communicator is aborted
-	int magic;
-} fevent;
-#define EVENT_MAGIC 0xe7e7
-
 typedef struct {
 	int live;
 	int dtype;
@@ -75,70 +50,13 @@ typedef struct {
 	fcomm *comm;
 } premul;
 
-typedef struct {
-	int kind, dtype, op, root;
-	const void *send;
-	void *recv;
-	size_t count;
-	fcomm *comm;
-	fstream *stream;
-} call;
-
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int hang, async_error, group_depth, uid_counter;
-static fstream default_stream = {NULL, STREAM_MAGIC};
+static int uid_counter;
 static premul premuls[MAX_PREMUL];
-static call pending[MAX_PENDING];
-static int npending;
-static int64_t n_aborts, n_destroys, n_finalizes, n_group_starts, n_premul_live, n_events_live, n_streams_live,
-	n_comms_live, n_errors, n_collectives;
-static char errors[4096];
-
-static void record(const char *fmt, ...) {
-	n_errors++;
-	size_t used = strlen(errors);
-	if (used + 2 >= sizeof errors) return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(errors + used, sizeof errors - used - 1, fmt, ap);
-	va_end(ap);
-	strcat(errors, "\n");
-}
-
-// --- test control ---------------------------------------------------------
-
-EXPORT void fake_set_hang(int on) {
-	pthread_mutex_lock(&mu);
-	hang = on;
-	pthread_mutex_unlock(&mu);
-}
-
-EXPORT void fake_set_async_error(int rc) {
-	pthread_mutex_lock(&mu);
-	async_error = rc;
-	pthread_mutex_unlock(&mu);
-}
-
-// fake_counts fills out[0:n] with: aborts, destroys, finalizes, group
-// starts, live PREMUL_SUM ops, live events, live streams, live
-// communicators, errors recorded, collectives run.
-EXPORT int fake_counts(int64_t *out, int n) {
-	pthread_mutex_lock(&mu);
-	int64_t v[] = {n_aborts,       n_destroys,      n_finalizes,  n_group_starts, n_premul_live,
-	               n_events_live,  n_streams_live,  n_comms_live, n_errors,       n_collectives};
-	int k = (int)(sizeof v / sizeof v[0]);
-	if (n > k) n = k;
-	memcpy(out, v, sizeof(int64_t) * (size_t)n);
-	pthread_mutex_unlock(&mu);
-	return k;
-}
-
-// fake_errors copies the misuse recorded so far (one line each) to buf.
-EXPORT void fake_errors(char *buf, int len) {
-	pthread_mutex_lock(&mu);
-	snprintf(buf, (size_t)len, "%s", errors);
-	pthread_mutex_unlock(&mu);
-}
+fclique cliques[MAX_CLIQUES];
+int ncliques;
+// The calls of the thread's open NCCL group (group state is per thread).
+static __thread call pending[MAX_PENDING];
+static __thread int npending, group_depth;
 
 // --- NCCL -------------------------------------------------------------------
 
@@ -193,11 +111,25 @@ typedef struct {
 	char internal[128];
 } uid;
 
+// clique_of finds or makes the clique of id; mu held.
+static fclique *clique_of(const uid *id, int nranks) {
+	for (int i = 0; i < ncliques; i++) {
+		if (memcmp(cliques[i].id, id->internal, sizeof cliques[i].id) == 0 && cliques[i].joined < cliques[i].nranks) {
+			return &cliques[i];
+		}
+	}
+	if (ncliques == MAX_CLIQUES) return NULL;
+	fclique *q = &cliques[ncliques++];
+	memcpy(q->id, id->internal, sizeof q->id);
+	q->nranks = nranks;
+	return q;
+}
+
 EXPORT int ncclCommInitRankConfig(void **out, int nranks, uid id, int rank, void *config) {
-	(void)id;
 	config_prefix *cfg = config;
 	pthread_mutex_lock(&mu);
 	int rc = ncclSuccess;
+	fclique *q = NULL;
 	if (cfg == NULL || cfg->magic != 0xcafebeef || cfg->size < sizeof(config_prefix) || cfg->size > 4096 ||
 	    cfg->version < 21800 || cfg->version > 100000) {
 		record("ncclCommInitRankConfig: bad config");
@@ -205,8 +137,11 @@ EXPORT int ncclCommInitRankConfig(void **out, int nranks, uid id, int rank, void
 	} else if (cfg->blocking != 0) {
 		record("ncclCommInitRankConfig: blocking communicator (godist wants non-blocking ones)");
 		rc = ncclInvalidArgument;
-	} else if (nranks != 1 || rank != 0) {
-		record("ncclCommInitRankConfig: rank %d of %d (the fake has one-rank communicators only)", rank, nranks);
+	} else if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) {
+		record("ncclCommInitRankConfig: rank %d of %d", rank, nranks);
+		rc = ncclInvalidArgument;
+	} else if ((q = clique_of(&id, nranks)) == NULL || q->nranks != nranks || q->comms[rank] != NULL) {
+		record("ncclCommInitRankConfig: rank %d of %d joins a communicator it does not fit", rank, nranks);
 		rc = ncclInvalidUsage;
 	}
 	if (rc != ncclSuccess) {
@@ -217,21 +152,28 @@ EXPORT int ncclCommInitRankConfig(void **out, int nranks, uid id, int rank, void
 	fcomm *c = calloc(1, sizeof *c);
 	c->nranks = nranks;
 	c->rank = rank;
+	c->dev = cur_dev;
 	c->polls = 3;
+	c->clique = q;
 	c->magic = COMM_MAGIC;
+	q->comms[rank] = c;
+	q->joined++;
 	n_comms_live++;
 	*out = c;
 	pthread_mutex_unlock(&mu);
 	return ncclInProgress;
 }
 
+// ready says whether c's initialization is over: every rank has joined.
+static int ready(fcomm *c) { return c->clique->joined == c->nranks; }
+
 EXPORT int ncclCommGetAsyncError(void *comm, int *state) {
 	fcomm *c = comm;
 	pthread_mutex_lock(&mu);
 	int rc = check_comm(c, "ncclCommGetAsyncError");
 	if (rc == ncclSuccess) {
-		if (c->polls > 0) {
-			c->polls--;
+		if (c->polls > 0 || !ready(c)) {
+			if (c->polls > 0) c->polls--;
 			*state = ncclInProgress;
 		} else {
 			*state = async_error;
@@ -345,69 +287,12 @@ EXPORT int ncclRedOpDestroy(int op, void *comm) {
 	return rc;
 }
 
-static fstream *stream_of(void *s) { return s == NULL ? &default_stream : (fstream *)s; }
-
-// reduce1 is the one-rank result of op on n elements: recv = send, or
-// send times the PREMUL_SUM factor; mu held.
-static int reduce1(const call *c, size_t n) {
-	size_t es = type_size(c->dtype);
-	if (es == 0) {
-		record("reduction on unknown dtype %d", c->dtype);
-		return ncclInvalidArgument;
-	}
-	if (c->op >= 0 && c->op < oNumOps) {
-		// sum, prod, max, min and avg of one rank's values: the values.
-		memmove(c->recv, c->send, n * es);
-		return ncclSuccess;
-	}
-	int i = c->op - oNumOps;
-	if (i < 0 || i >= MAX_PREMUL || !premuls[i].live) {
-		record("reduction with op %d, which is not a live op (destroyed before the call ran?)", c->op);
-		return ncclInvalidArgument;
-	}
-	double f = premuls[i].scalar;
-	if (c->dtype == tFloat32) {
-		const float *s = c->send;
-		float *r = c->recv;
-		for (size_t k = 0; k < n; k++) r[k] = (float)(s[k] * f);
-	} else if (c->dtype == tFloat64) {
-		const double *s = c->send;
-		double *r = c->recv;
-		for (size_t k = 0; k < n; k++) r[k] = s[k] * f;
-	} else {
-		record("PREMUL_SUM on dtype %d", c->dtype);
-		return ncclInvalidArgument;
-	}
-	return ncclSuccess;
-}
-
-// run carries out c (one rank); mu held.
-static int run(call *c) {
-	n_collectives++;
-	if (hang) {
-		c->stream->hung_by = c->comm;
-		return ncclSuccess;
-	}
-	size_t es = type_size(c->dtype);
-	switch (c->kind) {
-	case kAllReduce:
-	case kReduce:
-	case kReduceScatter:
-		return reduce1(c, c->count);
-	case kBroadcast:
-	case kAllGather:
-		memmove(c->recv, c->send, c->count * es);
-		return ncclSuccess;
-	}
-	record("run: call kind %d", c->kind);
-	return ncclInternalError;
-}
-
-// enqueue runs c now, or at the end of the group when in one.
+// enqueue checks c and posts it, or keeps it for the end of the thread's
+// NCCL group.
 static int enqueue(call c, const char *what) {
 	pthread_mutex_lock(&mu);
 	int rc = check_comm(c.comm, what);
-	if (rc == ncclSuccess && c.comm->polls > 0) {
+	if (rc == ncclSuccess && (c.comm->polls > 0 || !ready(c.comm))) {
 		record("%s: communicator not ready", what);
 		rc = ncclInvalidUsage;
 	}
@@ -419,8 +304,8 @@ static int enqueue(call c, const char *what) {
 		rc = ncclInvalidArgument;
 	}
 	if (rc == ncclSuccess && (c.kind == kSend || c.kind == kRecv || c.kind == kBroadcast || c.kind == kReduce) &&
-	    c.root != 0) {
-		record("%s: peer or root %d in a one-rank communicator", what, c.root);
+	    (c.root < 0 || c.root >= c.comm->nranks)) {
+		record("%s: peer or root %d in a communicator of %d", what, c.root, c.comm->nranks);
 		rc = ncclInvalidArgument;
 	}
 	if (rc == ncclSuccess && c.op >= oNumOps && (c.kind == kAllReduce || c.kind == kReduce || c.kind == kReduceScatter)) {
@@ -428,9 +313,12 @@ static int enqueue(call c, const char *what) {
 		if (i >= MAX_PREMUL || !premuls[i].live) {
 			record("%s: op %d is not a live op", what, c.op);
 			rc = ncclInvalidArgument;
+		} else {
+			c.scalar = premuls[i].scalar; // NCCL takes the op's scalar at the call
 		}
 	}
 	if (rc == ncclSuccess) {
+		check_dev(c.comm->dev, what);
 		if (group_depth > 0) {
 			if (npending == MAX_PENDING) {
 				record("%s: too many calls in one group", what);
@@ -438,11 +326,11 @@ static int enqueue(call c, const char *what) {
 			} else {
 				pending[npending++] = c;
 			}
-		} else if (c.kind == kSend || c.kind == kRecv) {
+		} else if ((c.kind == kSend || c.kind == kRecv) && c.root == c.comm->rank) {
 			record("%s: to self outside a group (would hang)", what);
 			rc = ncclInvalidUsage;
 		} else {
-			rc = run(&c);
+			post(&c, 1);
 		}
 	}
 	pthread_mutex_unlock(&mu);
@@ -451,7 +339,8 @@ static int enqueue(call c, const char *what) {
 
 static call mk(int kind, const void *send, void *recv, size_t count, int dtype, int op, int root, void *comm,
                void *stream) {
-	call c = {kind, dtype, op, root, send, recv, count, comm, stream_of(stream)};
+	call c = {kind, dtype, op, root, send, recv, count, 1.0, comm, NULL};
+	c.stream = stream_of(stream);
 	return c;
 }
 
@@ -491,11 +380,11 @@ EXPORT int ncclGroupStart(void) {
 	return ncclSuccess;
 }
 
-// ncclGroupEnd runs the group's calls: the collectives in order, each
-// receive taking the bytes of the next unmatched send (to self). Like a
+// ncclGroupEnd posts the group's calls, one entry per communicator. Like a
 // non-blocking communicator's, it answers ncclInProgress, and the
 // communicators settle after one more ncclCommGetAsyncError (never while
-// the fake hangs: they stay in progress until aborted).
+// the fake hangs: they stay in progress until aborted, as when a peer
+// never joins).
 EXPORT int ncclGroupEnd(void) {
 	pthread_mutex_lock(&mu);
 	if (group_depth == 0) {
@@ -507,172 +396,22 @@ EXPORT int ncclGroupEnd(void) {
 		pthread_mutex_unlock(&mu);
 		return ncclSuccess;
 	}
-	int rc = ncclSuccess, any = 0;
-	int used[MAX_PENDING] = {0};
-	for (int i = 0; i < npending && rc == ncclSuccess; i++) {
-		call *c = &pending[i];
-		any = 1;
-		if (c->kind == kSend) continue;
-		if (c->kind != kRecv) {
-			rc = run(c);
-			continue;
-		}
-		int j = 0;
-		while (j < npending && (pending[j].kind != kSend || used[j] || pending[j].comm != c->comm)) j++;
-		if (j == npending) {
-			record("ncclRecv: no matching send in the group (would hang)");
-			rc = ncclInvalidUsage;
-			break;
-		}
-		used[j] = 1;
-		size_t sb = pending[j].count * type_size(pending[j].dtype), rb = c->count * type_size(c->dtype);
-		if (sb != rb) {
-			record("ncclRecv of %zu bytes matched with a send of %zu", rb, sb);
-			rc = ncclInvalidUsage;
-			break;
-		}
-		n_collectives++;
-		if (hang) {
-			c->stream->hung_by = c->comm;
-		} else {
-			memmove(c->recv, pending[j].send, rb);
-		}
-	}
-	for (int j = 0; j < npending && rc == ncclSuccess; j++) {
-		if (pending[j].kind == kSend && !used[j]) {
-			record("ncclSend: no matching receive in the group (would hang)");
-			rc = ncclInvalidUsage;
-		}
-	}
-	if (rc == ncclSuccess && any) {
-		// Hanging, the group stays in progress (a peer that never joins).
-		for (int i = 0; i < npending; i++) pending[i].comm->polls = hang ? 1 << 30 : 1;
-		rc = ncclInProgress;
-	}
+	int n = npending;
 	npending = 0;
-	pthread_mutex_unlock(&mu);
-	return rc;
-}
-
-// --- CUDA runtime -----------------------------------------------------------
-
-EXPORT int cudaRuntimeGetVersion(int *v) {
-	*v = 13000;
-	return cudaSuccess;
-}
-
-EXPORT int cudaGetDeviceCount(int *n) {
-	*n = 1;
-	return cudaSuccess;
-}
-
-EXPORT int cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
-EXPORT int cudaGetDevice(int *dev) {
-	*dev = 0;
-	return cudaSuccess;
-}
-
-EXPORT const char *cudaGetErrorString(int rc) {
-	switch (rc) {
-	case 0: return "no error";
-	case 1: return "invalid argument";
-	case 101: return "invalid device ordinal";
-	case 400: return "invalid resource handle";
-	case 600: return "device not ready";
-	}
-	return "unrecognized error code";
-}
-
-EXPORT int cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
-	*least = 0;
-	*greatest = -5;
-	return cudaSuccess;
-}
-
-EXPORT int cudaStreamCreateWithPriority(void **s, unsigned flags, int prio) {
-	(void)flags;
-	(void)prio;
-	fstream *f = calloc(1, sizeof *f);
-	f->magic = STREAM_MAGIC;
-	pthread_mutex_lock(&mu);
-	n_streams_live++;
-	pthread_mutex_unlock(&mu);
-	*s = f;
-	return cudaSuccess;
-}
-
-EXPORT int cudaStreamDestroy(void *s) {
-	fstream *f = s;
-	if (f == NULL || f->magic != STREAM_MAGIC) {
-		pthread_mutex_lock(&mu);
-		record("cudaStreamDestroy: not a stream");
-		pthread_mutex_unlock(&mu);
-		return 400;
-	}
-	pthread_mutex_lock(&mu);
-	n_streams_live--;
-	pthread_mutex_unlock(&mu);
-	f->magic = 0; // never freed, so that a second destroy is recorded
-	return cudaSuccess;
-}
-
-// live is c while it has not been aborted (work it hangs is not done).
-static fcomm *live(fcomm *c) { return c != NULL && !c->dead ? c : NULL; }
-
-static int check_event(fevent *e, const char *what) {
-	if (e == NULL || e->magic != EVENT_MAGIC) {
-		record("%s: not an event", what);
-		return 400;
-	}
-	return cudaSuccess;
-}
-
-EXPORT int cudaEventCreateWithFlags(void **ev, unsigned flags) {
-	(void)flags;
-	fevent *e = calloc(1, sizeof *e);
-	e->magic = EVENT_MAGIC;
-	pthread_mutex_lock(&mu);
-	n_events_live++;
-	pthread_mutex_unlock(&mu);
-	*ev = e;
-	return cudaSuccess;
-}
-
-EXPORT int cudaEventRecord(void *ev, void *s) {
-	pthread_mutex_lock(&mu);
-	int rc = check_event(ev, "cudaEventRecord");
-	if (rc == cudaSuccess) ((fevent *)ev)->waiting = live(stream_of(s)->hung_by);
-	pthread_mutex_unlock(&mu);
-	return rc;
-}
-
-EXPORT int cudaStreamWaitEvent(void *s, void *ev, unsigned flags) {
-	(void)flags;
-	pthread_mutex_lock(&mu);
-	int rc = check_event(ev, "cudaStreamWaitEvent");
-	if (rc == cudaSuccess) {
-		fcomm *c = live(((fevent *)ev)->waiting);
-		if (c != NULL) stream_of(s)->hung_by = c;
+	call calls[MAX_PENDING];
+	int taken[MAX_PENDING] = {0};
+	for (int i = 0; i < n; i++) {
+		if (taken[i]) continue;
+		int k = 0;
+		for (int j = i; j < n; j++) {
+			if (!taken[j] && pending[j].comm == pending[i].comm) {
+				taken[j] = 1;
+				calls[k++] = pending[j];
+			}
+		}
+		calls[0].comm->polls = hang ? 1 << 30 : 1;
+		post(calls, k);
 	}
 	pthread_mutex_unlock(&mu);
-	return rc;
-}
-
-EXPORT int cudaEventQuery(void *ev) {
-	pthread_mutex_lock(&mu);
-	int rc = check_event(ev, "cudaEventQuery");
-	if (rc == cudaSuccess && live(((fevent *)ev)->waiting) != NULL) rc = cudaErrorNotReady;
-	pthread_mutex_unlock(&mu);
-	return rc;
-}
-
-EXPORT int cudaEventDestroy(void *ev) {
-	pthread_mutex_lock(&mu);
-	int rc = check_event(ev, "cudaEventDestroy");
-	if (rc == cudaSuccess) {
-		((fevent *)ev)->magic = 0;
-		n_events_live--;
-	}
-	pthread_mutex_unlock(&mu);
-	return rc; // never freed, so that a second destroy is recorded
+	return n > 0 ? ncclInProgress : ncclSuccess;
 }

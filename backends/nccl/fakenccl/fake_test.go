@@ -45,7 +45,8 @@ func run(m *testing.M) int {
 		skip = "gcc is not installed: the fake NCCL library cannot be built"
 		return m.Run()
 	}
-	out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", so, "fake_nccl.c", "-lpthread").CombinedOutput()
+	out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", so, "fake_nccl.c", "fake_cuda.c", "fake_run.c",
+		"-lpthread").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building the fake NCCL: %v\n%s", err, out)
 		return 1
@@ -161,7 +162,7 @@ func TestLoad(t *testing.T) {
 	require.NotEqual(t, a, b)
 	n, err := lib.DeviceCount()
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Equal(t, 2, n)
 	noMisuse(t)
 }
 
@@ -210,7 +211,7 @@ func TestCollectives(t *testing.T) {
 			src, dst := mem(t, 6), mem(t, 6)
 			copy(src.Bytes(), "p2p ok")
 			before := fakenccl.GetCounts().GroupStarts
-			runOp(t, pg, "send_recv", libgodist.DeviceOp{Device: 0, Async: async, Peer: 0, Calls: []backend.DeviceCall{
+			runOp(t, pg, "send_recv", libgodist.DeviceOp{Device: 0, Async: async, Peer: libgodist.GroupComm, Calls: []backend.DeviceCall{
 				{Kind: backend.CallSend, Send: src.Addr(), Count: 6, Bytes: true, Root: 0},
 				{Kind: backend.CallRecv, Recv: dst.Addr(), Count: 6, Bytes: true, Root: 0},
 			}})
@@ -295,7 +296,7 @@ func TestHangInGroup(t *testing.T) {
 	defer fakenccl.SetHang(false)
 	src, dst := mem(t, 8), mem(t, 8)
 	start := time.Now()
-	_, err := pg.DeviceRun("send_recv", libgodist.DeviceOp{Device: 0, Peer: 0, Timeout: 100 * time.Millisecond,
+	_, err := pg.DeviceRun("send_recv", libgodist.DeviceOp{Device: 0, Peer: libgodist.GroupComm, Timeout: 100 * time.Millisecond,
 		Calls: []backend.DeviceCall{
 			{Kind: backend.CallSend, Send: src.Addr(), Count: 8, Bytes: true, Root: 0},
 			{Kind: backend.CallRecv, Recv: dst.Addr(), Count: 8, Bytes: true, Root: 0},
@@ -308,7 +309,7 @@ func TestHangInGroup(t *testing.T) {
 	require.ErrorAs(t, err, &ne)
 	require.True(t, ne.Timeout())
 	require.Equal(t, before.Aborts+1, fakenccl.GetCounts().Aborts)
-	_, err = pg.DeviceRun("send_recv", libgodist.DeviceOp{Device: 0, Peer: 0})
+	_, err = pg.DeviceRun("send_recv", libgodist.DeviceOp{Device: 0, Peer: libgodist.GroupComm})
 	require.ErrorIs(t, err, libgodist.ErrBroken)
 	noMisuse(t)
 }
@@ -417,7 +418,7 @@ func TestOpenFails(t *testing.T) {
 	require.Equal(t, before.LiveEvents, c.LiveEvents)
 	require.False(t, pg.HasDeviceComm(libgodist.GroupComm))
 
-	err = pg.DeviceOpen(1, libgodist.GroupComm, id)
+	err = pg.DeviceOpen(2, libgodist.GroupComm, id) // the fake has cuda:0 and cuda:1
 	require.ErrorAs(t, err, &ne)
 	require.Equal(t, "cudaSetDevice", ne.Call)
 	require.Equal(t, 101, ne.CUDA)
