@@ -28,10 +28,11 @@ type NetConfig struct {
 
 // How a Choice was made.
 const (
-	ChoiceAll    = "all"    // all interfaces: a single-host job, or nothing to go by
-	ChoiceRoute  = "route"  // the interface the route to the store's host leaves through
-	ChoiceIfname = "ifname" // GODIST_SOCKET_IFNAME
-	ChoiceBind   = "bind"   // GODIST_BIND_ADDR
+	ChoiceAll      = "all"      // all interfaces: nothing to go by
+	ChoiceLoopback = "loopback" // loopback only: the store's host is loopback, so every rank is on this host
+	ChoiceRoute    = "route"    // the interface the route to the store's host leaves through
+	ChoiceIfname   = "ifname"   // GODIST_SOCKET_IFNAME
+	ChoiceBind     = "bind"     // GODIST_BIND_ADDR
 )
 
 // Choice is where a rank listens and what it publishes.
@@ -92,10 +93,18 @@ func Choose(cfg NetConfig) (Choice, error) { return choose(cfg, hostSystem{}) }
 //     "0.0.0.0" or "::": all interfaces;
 //   - GODIST_SOCKET_IFNAME: the addresses of the interfaces it selects
 //     (selectIfname);
-//   - the store's host: the local address the route to it leaves from, and
-//     its interface; when that host is this one's loopback (a single-host
-//     job), or cannot be resolved or routed to, all interfaces;
-//   - no store host: all interfaces.
+//   - the store's host is a loopback address (or the unspecified one, which
+//     reaches this host too): loopback only (loopback). Every rank of the
+//     group reached the store there, so every rank runs on this host: a
+//     rank elsewhere could not have reached the store, nor will it be
+//     able to reach these ports, which is the point;
+//   - another store host: the local address the route to it leaves from,
+//     and its interface; when it cannot be resolved or routed to, all
+//     interfaces;
+//   - no store host: all interfaces. A FileStore's file may be on a
+//     filesystem several hosts share, so where the other ranks are is
+//     known only after the rendezvous, once this rank has published its
+//     addresses.
 //
 // All interfaces means listening on every address and publishing loopback
 // then every usable address (allAddrs). Otherwise the rank listens on the
@@ -134,7 +143,7 @@ func choose(cfg NetConfig, sys system) (Choice, error) {
 	}
 	dst := dsts[0]
 	if dst.IsLoopback() || dst.IsUnspecified() {
-		return all(fmt.Sprintf("the store's host %s is this host's loopback (%s), so every rank runs here: all interfaces", host, dst))
+		return loopback(ifs, fmt.Sprintf("the store's host %s is this host's loopback (%s), so every rank of the group runs here", host, dst), dst.Is6()), nil
 	}
 	src, err := sys.RouteSource(dst)
 	if err != nil {
@@ -151,6 +160,18 @@ func choose(cfg NetConfig, sys system) (Choice, error) {
 	}
 	return Choice{How: ChoiceRoute, Why: fmt.Sprintf("the route to the store's host %s leaves through %s", host, via),
 		Listen: []Local{l}, Publish: []Local{l}}, nil
+}
+
+// loopback is the Choice of a group whose ranks all run on this host:
+// listen on and publish 127.0.0.1 (::1 when the store's host is an IPv6
+// address), which no other host can reach.
+func loopback(ifs []Iface, why string, v6 bool) Choice {
+	a := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if v6 {
+		a = netip.IPv6Loopback()
+	}
+	l := []Local{{Addr: a, Iface: ownerOf(ifs, a)}}
+	return Choice{How: ChoiceLoopback, Why: why, Listen: l, Publish: l}
 }
 
 // chooseBind checks GODIST_BIND_ADDR=b: an address of this host (or a

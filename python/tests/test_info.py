@@ -263,9 +263,12 @@ def test_socket_ifname():
     assert both["transports"]["tcp"]["usable"] and both["transports"]["tcp"]["addresses"] == ["127.0.0.1"]
     assert _setting(both, "GODIST_SOCKET_IFNAME")["effect"] == "overridden by GODIST_BIND_ADDR"
 
-    routed = _report(MASTER_ADDR="127.0.0.1")["transports"]["tcp"]
-    assert routed["choice"] == "all" and routed["listen"] is None and routed["addresses"][0] == "127.0.0.1"
-    assert "loopback" in routed["why"]
+    # A store on loopback: every rank is on this host, which listens there only.
+    local = _report(MASTER_ADDR="127.0.0.1")["transports"]["tcp"]
+    assert local["choice"] == "loopback" and local["listen"] == local["addresses"] == ["127.0.0.1"]
+    assert local["why"] == ("the store's host 127.0.0.1 is this host's loopback (127.0.0.1), so every rank of the "
+                            "group runs here")
+    assert "no other host can reach these ports" in local["note"]
 
 
 @pytest.mark.timeout(60)
