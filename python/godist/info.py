@@ -86,6 +86,13 @@ TEST_SETTINGS = {
         "ONESHOT", "DIRECT", "CPUPROFILE")},
 }
 
+# Read only when godist is built (setup.py, docs/install.md): recognized,
+# never warned about.
+BUILD_SETTINGS = {
+    "GODIST_WHEEL_GLIBC": "pip wheel . / pip install . / make wheel: the glibc the native files are built for with "
+                          "zig cc (2.28: torch's manylinux_2_28), or native for the system's C compiler",
+}
+
 
 # ----- native libraries, probed in a child process -----
 
@@ -550,6 +557,10 @@ def _settings() -> dict:
         if name in TEST_SETTINGS:
             known.append({"name": name, "set": True, "value": env[name], "default": None, "doc": TEST_SETTINGS[name],
                           "effect": "read only by godist's tests and benchmarks", "problem": None})
+            continue
+        if name in BUILD_SETTINGS:
+            known.append({"name": name, "set": True, "value": env[name], "default": None, "doc": BUILD_SETTINGS[name],
+                          "effect": "read only when godist is built", "problem": None})
             continue
         close = difflib.get_close_matches(name[7:], [k[7:] for k in SETTINGS], n=1, cutoff=0.75)
         unknown.append({"name": name, "value": env[name], "did_you_mean": "GODIST_" + close[0] if close else None})
