@@ -19,6 +19,7 @@ the system's compiler and glibc.
 
 import importlib.util
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -72,11 +73,18 @@ WHEEL_GLIBC = "2.28"
 def release_cc() -> str | None:
     """The C compiler command for a wheel's native files: ``zig cc`` for the
     glibc GODIST_WHEEL_GLIBC names (default WHEEL_GLIBC) through
-    tools/zigcc.py; None for the system's (``native``, or not Linux). When
+    tools/zigcc.py; None for the system's (``native``; not Linux; unset on
+    a musl host or an architecture zig is not used for). When
     GODIST_WHEEL_GLIBC is not set and ziglang is not installed, the system's,
     with a warning: the wheel then needs this machine's glibc."""
     want = os.environ.get("GODIST_WHEEL_GLIBC", "").strip()
     if want == "native" or not sys.platform.startswith("linux"):
+        return None
+    # Unless asked to, leave alone a host zig has no glibc target for
+    # (tools/zigcc.py's ARCH) and a musl host (docs/install.md: a linux_<arch>
+    # wheel for that machine).
+    if not want and (platform.machine().lower() not in ("x86_64", "amd64", "aarch64", "arm64")
+                     or platform.libc_ver()[0] != "glibc"):
         return None
     if want and not re.fullmatch(r"2\.\d+", want):
         raise RuntimeError(f"GODIST_WHEEL_GLIBC={want!r}: use a glibc version (2.28) or native")
