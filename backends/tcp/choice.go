@@ -94,13 +94,16 @@ func Choose(cfg NetConfig) (Choice, error) { return choose(cfg, hostSystem{}) }
 //   - GODIST_SOCKET_IFNAME: the addresses of the interfaces it selects
 //     (selectIfname);
 //   - the store's host is a loopback address (or the unspecified one, which
-//     reaches this host too): loopback only (loopback). Every rank of the
-//     group reached the store there, so every rank runs on this host: a
-//     rank elsewhere could not have reached the store, nor will it be
-//     able to reach these ports, which is the point;
+//     reaches the host it is used on too) or localhost: loopback only
+//     (loopback). These mean the same host wherever they are used, so every
+//     rank of the group reached the store on this host and runs here: a rank
+//     elsewhere could not have reached the store, nor will it be able to
+//     reach these ports, which is the point;
 //   - another store host: the local address the route to it leaves from,
 //     and its interface; when it cannot be resolved or routed to, all
-//     interfaces;
+//     interfaces. So is a host name that resolves to loopback here but is
+//     not localhost (Debian maps the machine's own name to 127.0.1.1):
+//     ranks on other hosts may resolve it to this host's network address;
 //   - no store host: all interfaces. A FileStore's file may be on a
 //     filesystem several hosts share, so where the other ranks are is
 //     known only after the rendezvous, once this rank has published its
@@ -143,6 +146,9 @@ func choose(cfg NetConfig, sys system) (Choice, error) {
 	}
 	dst := dsts[0]
 	if dst.IsLoopback() || dst.IsUnspecified() {
+		if !loopbackEverywhere(host) {
+			return all(fmt.Sprintf("the store's host %s resolves to this host's loopback (%s) here, but ranks on other hosts may reach it at another address: all interfaces", host, dst))
+		}
 		return loopback(ifs, fmt.Sprintf("the store's host %s is this host's loopback (%s), so every rank of the group runs here", host, dst), dst.Is6()), nil
 	}
 	src, err := sys.RouteSource(dst)
@@ -160,6 +166,17 @@ func choose(cfg NetConfig, sys system) (Choice, error) {
 	}
 	return Choice{How: ChoiceRoute, Why: fmt.Sprintf("the route to the store's host %s leaves through %s", host, via),
 		Listen: []Local{l}, Publish: []Local{l}}, nil
+}
+
+// loopbackEverywhere reports whether host, a store's host that resolves to
+// loopback here, does so on every host: an IP address, or localhost (RFC
+// 6761: localhost and names under it are always loopback).
+func loopbackEverywhere(host string) bool {
+	if _, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")); err == nil {
+		return true
+	}
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	return h == "localhost" || strings.HasSuffix(h, ".localhost")
 }
 
 // loopback is the Choice of a group whose ranks all run on this host:

@@ -193,7 +193,7 @@ func TestChoose(t *testing.T) {
 	sys := fakeSystem{
 		ifs: fakeIfaces(),
 		names: map[string][]netip.Addr{
-			"localhost": addrs("127.0.0.1", "::1"), "master": addrs("10.0.0.1"), "gdhost1": addrs("10.0.0.2"),
+			"localhost": addrs("127.0.0.1", "::1"), "LocalHost.": addrs("127.0.0.1"), "gdself": addrs("127.0.1.1"), "master": addrs("10.0.0.1"), "gdhost1": addrs("10.0.0.2"),
 			"elsewhere": addrs("203.0.113.9"),
 		},
 		routes: map[netip.Addr]netip.Addr{
@@ -214,6 +214,8 @@ func TestChoose(t *testing.T) {
 		{NetConfig{}, ChoiceAll, all, false, "no store host to route to (a FileStore or HashStore has none): all interfaces"},
 		{NetConfig{PeerHost: "127.0.0.1"}, ChoiceLoopback, []string{"lo=127.0.0.1"}, true, "the store's host 127.0.0.1 is this host's loopback (127.0.0.1), so every rank of the group runs here"},
 		{NetConfig{PeerHost: "localhost"}, ChoiceLoopback, []string{"lo=127.0.0.1"}, true, "the store's host localhost is this host's loopback (127.0.0.1), so every rank of the group runs here"},
+		{NetConfig{PeerHost: "LocalHost."}, ChoiceLoopback, []string{"lo=127.0.0.1"}, true, "the store's host LocalHost. is this host's loopback (127.0.0.1), so every rank of the group runs here"},
+		{NetConfig{PeerHost: "gdself"}, ChoiceAll, all, false, "the store's host gdself resolves to this host's loopback (127.0.1.1) here, but ranks on other hosts may reach it at another address: all interfaces"},
 		{NetConfig{PeerHost: "127.0.1.1"}, ChoiceLoopback, []string{"lo=127.0.0.1"}, true, "the store's host 127.0.1.1 is this host's loopback (127.0.1.1), so every rank of the group runs here"},
 		{NetConfig{PeerHost: "::1"}, ChoiceLoopback, []string{"lo=::1"}, true, "the store's host ::1 is this host's loopback (::1), so every rank of the group runs here"},
 		{NetConfig{PeerHost: "0.0.0.0"}, ChoiceLoopback, []string{"lo=127.0.0.1"}, true, "the store's host 0.0.0.0 is this host's loopback (0.0.0.0), so every rank of the group runs here"},

@@ -43,7 +43,8 @@ SETTINGS = {
     "GODIST_SOCKET_IFNAME": ("", "the interfaces whose addresses TCP listens on and publishes, as NCCL_SOCKET_IFNAME: "
                                  "eth0,ib (names or prefixes), =eth0 (exact names), ^docker,lo (all but these); "
                                  "empty: the interface of the route to the store's host (MASTER_ADDR), loopback "
-                                 "only when that is this host's loopback, all interfaces when there is none"),
+                                 "only when that is a loopback address or localhost, all interfaces when there is "
+                                 "none"),
     "GODIST_LOG_LEVEL": ("", "the level of the 'godist' logger: DEBUG, INFO, WARNING, ERROR or OFF; empty: from "
                              "TORCH_DISTRIBUTED_DEBUG or TORCH_CPP_LOG_LEVEL, else WARNING"),
     "GODIST_DUMP_ON_SIGNAL": ("", "1 (SIGUSR1) or a signal's name or number: on that signal every rank logs the "
@@ -477,8 +478,8 @@ def _effect(name: str, v: str) -> tuple[str, str | None]:
             return "overridden by GODIST_BIND_ADDR", None
         if not v.strip():
             return ("TCP uses the interface of the route to the store's host (MASTER_ADDR); loopback only when "
-                    "that host is loopback (a single-host job); all interfaces when there is no store host "
-                    "(a FileStore)"), None
+                    "that host is a loopback address or localhost (a single-host job); all interfaces when there "
+                    "is no store host (a FileStore)"), None
         return _ifname_effect(v), None
     if name == "GODIST_LOG_LEVEL":
         import logging
