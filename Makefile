@@ -67,11 +67,14 @@ python/godist/mpi/libgodist_mpi_mpich.so: $(MPI_SHIM_SRC)
 install: $(STAMP) deps
 	$(PY) -m pip install --no-build-isolation --no-deps -e .
 
-# A wheel that installs without Go, into dist/ (docs/install.md). build/ goes
-# first so that no file left there from an older tree ends up in the wheel.
+# A wheel that installs without Go, into dist/ (docs/install.md): its native
+# files are built with zig cc (ziglang, from requirements-dev.txt) for glibc
+# WHEEL_GLIBC, torch's manylinux_2_28. build/ goes first so that no file left
+# there from an older tree ends up in the wheel.
+WHEEL_GLIBC ?= 2.28
 wheel: $(STAMP) deps
 	rm -rf build
-	$(PY) -m pip wheel . --no-deps --no-build-isolation -w dist/
+	GODIST_WHEEL_GLIBC=$(WHEEL_GLIBC) $(PY) -m pip wheel . --no-deps --no-build-isolation -w dist/
 
 demo: install
 	$(PY) examples/ddp_demo.py

@@ -8,13 +8,24 @@ builds a wheel that installs without Go: its tag is ``py3-none-<platform>``
 (the library is loaded with ctypes, so one wheel serves every Python 3), and
 on Linux the platform is the ``manylinux_X_Y`` tag that the glibc symbol
 versions the built library and program need allow (docs/install.md).
+
+On Linux a wheel (``pip wheel .``, ``pip install .``; not an editable
+install, which uses the system's C compiler) is built for glibc 2.28, the
+glibc of torch's own wheels: cgo's and mpicc's C compiler is ``zig cc``
+targeting it (tools/zigcc.py, with ``ziglang`` from PyPI, a build
+requirement). GODIST_WHEEL_GLIBC chooses another version, or ``native`` for
+the system's compiler and glibc.
 """
 
+import importlib.util
 import os
+import platform
 import re
+import shlex
 import shutil
 import struct
 import subprocess
+import sys
 
 from setuptools import Distribution, find_packages, setup
 from setuptools.command.build_py import build_py
@@ -54,11 +65,55 @@ GPUINFO = os.path.join("bin", "godist-gpuinfo")
 NATIVE = ["libgodist.so", GPUINFO]
 
 
-def build_library(dest_dir: str) -> None:
+# The glibc a wheel is built for when GODIST_WHEEL_GLIBC is not set: that of
+# torch's wheels (manylinux_2_28).
+WHEEL_GLIBC = "2.28"
+
+
+def release_cc() -> str | None:
+    """The C compiler command for a wheel's native files: ``zig cc`` for the
+    glibc GODIST_WHEEL_GLIBC names (default WHEEL_GLIBC) through
+    tools/zigcc.py; None for the system's (``native``; not Linux; unset on
+    a musl host or an architecture zig is not used for). When
+    GODIST_WHEEL_GLIBC is not set and ziglang is not installed, the system's,
+    with a warning: the wheel then needs this machine's glibc."""
+    want = os.environ.get("GODIST_WHEEL_GLIBC", "").strip()
+    if want == "native" or not sys.platform.startswith("linux"):
+        return None
+    # Unless asked to, leave alone a host zig has no glibc target for
+    # (tools/zigcc.py's ARCH) and a musl host (docs/install.md: a linux_<arch>
+    # wheel for that machine).
+    if not want and (platform.machine().lower() not in ("x86_64", "amd64", "aarch64", "arm64")
+                     or platform.libc_ver()[0] != "glibc"):
+        return None
+    if want and not re.fullmatch(r"2\.\d+", want):
+        raise RuntimeError(f"GODIST_WHEEL_GLIBC={want!r}: use a glibc version (2.28) or native")
+    if importlib.util.find_spec("ziglang") is None:
+        if want:
+            raise RuntimeError(f"GODIST_WHEEL_GLIBC={want}: building for glibc {want} needs zig: pip install ziglang")
+        print(f"godist: WARNING: ziglang is not installed: the native files are built with the system's C compiler "
+              f"and need this machine's glibc, not {WHEEL_GLIBC} (pip install ziglang, or GODIST_WHEEL_GLIBC=native "
+              "to silence this)", file=sys.stderr)
+        return None
+    global _target_glibc
+    _target_glibc = tuple(int(x) for x in (want or WHEEL_GLIBC).split("."))
+    cc = [sys.executable, os.path.join(ROOT, "tools", "zigcc.py")]
+    return " ".join(shlex.quote(a) for a in cc)
+
+
+# The glibc release_cc chose to build for, as (2, 28); None: this machine's.
+_target_glibc = None
+
+
+def build_library(dest_dir: str, cc: str | None = None) -> None:
+    """Builds the native files into dest_dir, with C compiler command cc
+    (None: the system's)."""
     os.makedirs(os.path.join(dest_dir, "bin"), exist_ok=True)
     out = os.path.join(dest_dir, "libgodist.so")
     go = find_go()
     env = dict(os.environ, CGO_ENABLED="1")
+    if cc:
+        env.update(CC=cc, GODIST_WHEEL_GLIBC=os.environ.get("GODIST_WHEEL_GLIBC", "").strip() or WHEEL_GLIBC)
     subprocess.check_call([go, "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./capi"], cwd=ROOT, env=env)
     # libgodist.h (written beside the library) includes the ABI's types.
     shutil.copyfile(os.path.join(ROOT, "capi", "godist.h"), os.path.join(dest_dir, "godist.h"))
@@ -66,7 +121,7 @@ def build_library(dest_dir: str) -> None:
     env["CGO_CFLAGS"] = os.environ.get("CGO_CFLAGS", "-O2 -g") + " -Wno-deprecated-declarations"
     subprocess.check_call([go, "build", "-trimpath", "-o", os.path.join(dest_dir, GPUINFO), "./cmd/godist-gpuinfo"],
                           cwd=ROOT, env=env)
-    build_mpi_shims(dest_dir)
+    build_mpi_shims(dest_dir, env if cc else None)
 
 
 # The MPI shims (backends/mpi/shim): one per MPI implementation whose mpicc
@@ -75,7 +130,12 @@ def build_library(dest_dir: str) -> None:
 MPI_SHIMS = {"openmpi": "mpicc.openmpi", "mpich": "mpicc.mpich"}
 
 
-def build_mpi_shims(dest_dir: str) -> list[str]:
+def build_mpi_shims(dest_dir: str, cc_env: dict | None = None) -> list[str]:
+    """Builds the shims whose mpicc is installed into dest_dir/mpi; with
+    cc_env (CC set), each mpicc runs that C compiler (OMPI_CC, MPICH_CC)."""
+    env = None
+    if cc_env:
+        env = dict(cc_env, OMPI_CC=cc_env["CC"], MPICH_CC=cc_env["CC"])
     out_dir = os.path.join(dest_dir, "mpi")
     src = os.path.join(ROOT, "backends", "mpi", "shim", "godist_mpi.c")
     built = []
@@ -86,7 +146,7 @@ def build_mpi_shims(dest_dir: str) -> list[str]:
             continue
         os.makedirs(out_dir, exist_ok=True)
         out = os.path.join(out_dir, f"libgodist_mpi_{impl}.so")
-        subprocess.check_call([path, "-shared", "-fPIC", "-O2", "-o", out, src], cwd=ROOT)
+        subprocess.check_call([path, "-shared", "-fPIC", "-O2", "-o", out, src], cwd=ROOT, env=env)
         built.append(out)
     return built
 
@@ -97,7 +157,7 @@ class BuildPy(build_py):
         if getattr(self, "editable_mode", False):
             build_library(os.path.join(ROOT, "python", "godist"))
         else:
-            build_library(os.path.join(self.build_lib, "godist"))
+            build_library(os.path.join(self.build_lib, "godist"), release_cc())
 
 
 # Libraries a manylinux wheel may need without carrying them: the glibc family
@@ -143,11 +203,12 @@ def elf_dependencies(path: str) -> tuple[set[str], set[str]]:
     return needed, versions
 
 
-def manylinux_platform(files: list[str], plat: str) -> str:
+def manylinux_platform(files: list[str], plat: str, floor: tuple[int, int] | None = None) -> str:
     """``manylinux_X_Y_<arch>`` for a ``linux_<arch>`` wheel whose native
     files need only the glibc family, X.Y being the newest GLIBC_ symbol
-    version they need; ``plat`` unchanged otherwise (another OS, musl, other
-    libraries, a file missing)."""
+    version they need, or floor if newer (the glibc they were built for:
+    its headers, not only its symbols, went into them); ``plat`` unchanged
+    otherwise (another OS, musl, other libraries, a file missing)."""
     if not plat.startswith("linux_") or not files or not all(os.path.exists(f) for f in files):
         return plat
     needed, versions = set(), set()
@@ -159,7 +220,7 @@ def manylinux_platform(files: list[str], plat: str) -> str:
              if m]
     if not glibc or not needed <= MANYLINUX_LIBS:
         return plat
-    major, minor = max(glibc)
+    major, minor = max(glibc + ([floor] if floor else []))
     return f"manylinux_{major}_{minor}_{plat[len('linux_'):]}"
 
 
@@ -171,7 +232,7 @@ class BdistWheel(bdist_wheel):
         _, _, plat = super().get_tag()
         if not self.plat_name_supplied:
             build_lib = self.get_finalized_command("build_py").build_lib
-            plat = manylinux_platform([os.path.join(build_lib, "godist", f) for f in NATIVE], plat)
+            plat = manylinux_platform([os.path.join(build_lib, "godist", f) for f in NATIVE], plat, _target_glibc)
         return "py3", "none", plat
 
 

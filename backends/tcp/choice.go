@@ -28,10 +28,11 @@ type NetConfig struct {
 
 // How a Choice was made.
 const (
-	ChoiceAll    = "all"    // all interfaces: a single-host job, or nothing to go by
-	ChoiceRoute  = "route"  // the interface the route to the store's host leaves through
-	ChoiceIfname = "ifname" // GODIST_SOCKET_IFNAME
-	ChoiceBind   = "bind"   // GODIST_BIND_ADDR
+	ChoiceAll      = "all"      // all interfaces: nothing to go by
+	ChoiceLoopback = "loopback" // loopback only: the store's host is loopback, so every rank is on this host
+	ChoiceRoute    = "route"    // the interface the route to the store's host leaves through
+	ChoiceIfname   = "ifname"   // GODIST_SOCKET_IFNAME
+	ChoiceBind     = "bind"     // GODIST_BIND_ADDR
 )
 
 // Choice is where a rank listens and what it publishes.
@@ -92,10 +93,21 @@ func Choose(cfg NetConfig) (Choice, error) { return choose(cfg, hostSystem{}) }
 //     "0.0.0.0" or "::": all interfaces;
 //   - GODIST_SOCKET_IFNAME: the addresses of the interfaces it selects
 //     (selectIfname);
-//   - the store's host: the local address the route to it leaves from, and
-//     its interface; when that host is this one's loopback (a single-host
-//     job), or cannot be resolved or routed to, all interfaces;
-//   - no store host: all interfaces.
+//   - the store's host is a loopback address (or the unspecified one, which
+//     reaches the host it is used on too) or localhost: loopback only
+//     (loopback). These mean the same host wherever they are used, so every
+//     rank of the group reached the store on this host and runs here: a rank
+//     elsewhere could not have reached the store, nor will it be able to
+//     reach these ports, which is the point;
+//   - another store host: the local address the route to it leaves from,
+//     and its interface; when it cannot be resolved or routed to, all
+//     interfaces. So is a host name that resolves to loopback here but is
+//     not localhost (Debian maps the machine's own name to 127.0.1.1):
+//     ranks on other hosts may resolve it to this host's network address;
+//   - no store host: all interfaces. A FileStore's file may be on a
+//     filesystem several hosts share, so where the other ranks are is
+//     known only after the rendezvous, once this rank has published its
+//     addresses.
 //
 // All interfaces means listening on every address and publishing loopback
 // then every usable address (allAddrs). Otherwise the rank listens on the
@@ -134,7 +146,10 @@ func choose(cfg NetConfig, sys system) (Choice, error) {
 	}
 	dst := dsts[0]
 	if dst.IsLoopback() || dst.IsUnspecified() {
-		return all(fmt.Sprintf("the store's host %s is this host's loopback (%s), so every rank runs here: all interfaces", host, dst))
+		if !loopbackEverywhere(host) {
+			return all(fmt.Sprintf("the store's host %s resolves to this host's loopback (%s) here, but ranks on other hosts may reach it at another address: all interfaces", host, dst))
+		}
+		return loopback(ifs, fmt.Sprintf("the store's host %s is this host's loopback (%s), so every rank of the group runs here", host, dst), dst.Is6()), nil
 	}
 	src, err := sys.RouteSource(dst)
 	if err != nil {
@@ -151,6 +166,29 @@ func choose(cfg NetConfig, sys system) (Choice, error) {
 	}
 	return Choice{How: ChoiceRoute, Why: fmt.Sprintf("the route to the store's host %s leaves through %s", host, via),
 		Listen: []Local{l}, Publish: []Local{l}}, nil
+}
+
+// loopbackEverywhere reports whether host, a store's host that resolves to
+// loopback here, does so on every host: an IP address, or localhost (RFC
+// 6761: localhost and names under it are always loopback).
+func loopbackEverywhere(host string) bool {
+	if _, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")); err == nil {
+		return true
+	}
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	return h == "localhost" || strings.HasSuffix(h, ".localhost")
+}
+
+// loopback is the Choice of a group whose ranks all run on this host:
+// listen on and publish 127.0.0.1 (::1 when the store's host is an IPv6
+// address), which no other host can reach.
+func loopback(ifs []Iface, why string, v6 bool) Choice {
+	a := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if v6 {
+		a = netip.IPv6Loopback()
+	}
+	l := []Local{{Addr: a, Iface: ownerOf(ifs, a)}}
+	return Choice{How: ChoiceLoopback, Why: why, Listen: l, Publish: l}
 }
 
 // chooseBind checks GODIST_BIND_ADDR=b: an address of this host (or a

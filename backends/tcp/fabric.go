@@ -71,8 +71,8 @@ func (f *Fabric) Describe(rec *wire.PeerRecord) error {
 	}
 	rec.Port = uint16(ln.Port())
 	rec.Transports = append(rec.Transports, "tcp")
-	// A chosen interface is news for a multi-host job; all interfaces (a
-	// job on one host, or one without a store host) is what it always was.
+	// A chosen interface (loopback for a job on one host) is news; all
+	// interfaces (a job without a store host) is what it always was.
 	level := glog.Info
 	if len(f.choice.Listen) == 0 {
 		level = glog.Debug

@@ -193,7 +193,7 @@ func TestChoose(t *testing.T) {
 	sys := fakeSystem{
 		ifs: fakeIfaces(),
 		names: map[string][]netip.Addr{
-			"localhost": addrs("127.0.0.1", "::1"), "master": addrs("10.0.0.1"), "gdhost1": addrs("10.0.0.2"),
+			"localhost": addrs("127.0.0.1", "::1"), "LocalHost.": addrs("127.0.0.1"), "gdself": addrs("127.0.1.1"), "master": addrs("10.0.0.1"), "gdhost1": addrs("10.0.0.2"),
 			"elsewhere": addrs("203.0.113.9"),
 		},
 		routes: map[netip.Addr]netip.Addr{
@@ -212,8 +212,13 @@ func TestChoose(t *testing.T) {
 		why     string
 	}{
 		{NetConfig{}, ChoiceAll, all, false, "no store host to route to (a FileStore or HashStore has none): all interfaces"},
-		{NetConfig{PeerHost: "127.0.0.1"}, ChoiceAll, all, false, "the store's host 127.0.0.1 is this host's loopback (127.0.0.1), so every rank runs here: all interfaces"},
-		{NetConfig{PeerHost: "localhost"}, ChoiceAll, all, false, "the store's host localhost is this host's loopback (127.0.0.1), so every rank runs here: all interfaces"},
+		{NetConfig{PeerHost: "127.0.0.1"}, ChoiceLoopback, []string{"lo=127.0.0.1"}, true, "the store's host 127.0.0.1 is this host's loopback (127.0.0.1), so every rank of the group runs here"},
+		{NetConfig{PeerHost: "localhost"}, ChoiceLoopback, []string{"lo=127.0.0.1"}, true, "the store's host localhost is this host's loopback (127.0.0.1), so every rank of the group runs here"},
+		{NetConfig{PeerHost: "LocalHost."}, ChoiceLoopback, []string{"lo=127.0.0.1"}, true, "the store's host LocalHost. is this host's loopback (127.0.0.1), so every rank of the group runs here"},
+		{NetConfig{PeerHost: "gdself"}, ChoiceAll, all, false, "the store's host gdself resolves to this host's loopback (127.0.1.1) here, but ranks on other hosts may reach it at another address: all interfaces"},
+		{NetConfig{PeerHost: "127.0.1.1"}, ChoiceLoopback, []string{"lo=127.0.0.1"}, true, "the store's host 127.0.1.1 is this host's loopback (127.0.1.1), so every rank of the group runs here"},
+		{NetConfig{PeerHost: "::1"}, ChoiceLoopback, []string{"lo=::1"}, true, "the store's host ::1 is this host's loopback (::1), so every rank of the group runs here"},
+		{NetConfig{PeerHost: "0.0.0.0"}, ChoiceLoopback, []string{"lo=127.0.0.1"}, true, "the store's host 0.0.0.0 is this host's loopback (0.0.0.0), so every rank of the group runs here"},
 		{NetConfig{PeerHost: "master"}, ChoiceRoute, []string{"eth0=10.0.0.2"}, true, "the route to the store's host master leaves through eth0"},
 		{NetConfig{PeerHost: "10.0.0.2"}, ChoiceRoute, []string{"eth0=10.0.0.2"}, true, "the route to the store's host 10.0.0.2 leaves through eth0"},
 		{NetConfig{PeerHost: "192.168.1.1"}, ChoiceRoute, []string{"eth1=192.168.1.5"}, true, "the route to the store's host 192.168.1.1 leaves through eth1"},
@@ -266,14 +271,17 @@ func TestChooseErrors(t *testing.T) {
 	c, err := choose(NetConfig{PeerHost: "127.0.0.1"}, fakeSystem{ifsErr: errors.New("netlink: permission denied")})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"=127.0.0.1"}, locals(c.Publish))
+	assert.Equal(t, c.Publish, c.Listen)
 }
 
 // TestChooseOnThisHost runs the real system: loopback is always there.
 func TestChooseOnThisHost(t *testing.T) {
 	c, err := Choose(NetConfig{PeerHost: "127.0.0.1"})
 	require.NoError(t, err)
-	assert.Equal(t, ChoiceAll, c.How)
-	assert.Equal(t, "127.0.0.1", c.Publish[0].Addr.String())
+	assert.Equal(t, ChoiceLoopback, c.How)
+	assert.Equal(t, []Local{{Addr: netip.MustParseAddr("127.0.0.1"), Iface: c.Listen[0].Iface}}, c.Listen)
+	assert.Equal(t, c.Listen, c.Publish)
+	assert.Equal(t, "127.0.0.1 ("+c.Listen[0].Iface+")", c.Describe())
 	c, err = Choose(NetConfig{BindAddr: "127.0.0.1"})
 	require.NoError(t, err)
 	assert.Equal(t, []Local{{Addr: netip.MustParseAddr("127.0.0.1"), Iface: c.Publish[0].Iface}}, c.Listen)

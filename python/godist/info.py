@@ -42,8 +42,9 @@ SETTINGS = {
                              "host); overrides GODIST_SOCKET_IFNAME; empty: see GODIST_SOCKET_IFNAME"),
     "GODIST_SOCKET_IFNAME": ("", "the interfaces whose addresses TCP listens on and publishes, as NCCL_SOCKET_IFNAME: "
                                  "eth0,ib (names or prefixes), =eth0 (exact names), ^docker,lo (all but these); "
-                                 "empty: the interface of the route to the store's host (MASTER_ADDR), all "
-                                 "interfaces when that is this host's loopback or there is none"),
+                                 "empty: the interface of the route to the store's host (MASTER_ADDR), loopback "
+                                 "only when that is a loopback address or localhost, all interfaces when there is "
+                                 "none"),
     "GODIST_LOG_LEVEL": ("", "the level of the 'godist' logger: DEBUG, INFO, WARNING, ERROR or OFF; empty: from "
                              "TORCH_DISTRIBUTED_DEBUG or TORCH_CPP_LOG_LEVEL, else WARNING"),
     "GODIST_DUMP_ON_SIGNAL": ("", "1 (SIGUSR1) or a signal's name or number: on that signal every rank logs the "
@@ -88,6 +89,13 @@ TEST_SETTINGS = {
     **{f"GODIST_SHM_{k}": "Go tests and benchmarks of the shared-memory backend" for k in (
         "BENCH", "BENCH_SIZES", "BENCH_RANKS", "CHILD", "NAME", "RANK", "SIZE", "OUT", "CRASH_RANK", "CHUNK",
         "ONESHOT", "DIRECT", "CPUPROFILE")},
+}
+
+# Read only when godist is built (setup.py, docs/install.md): recognized,
+# never warned about.
+BUILD_SETTINGS = {
+    "GODIST_WHEEL_GLIBC": "pip wheel . / pip install . / make wheel: the glibc the native files are built for with "
+                          "zig cc (2.28: torch's manylinux_2_28), or native for the system's C compiler",
 }
 
 
@@ -445,6 +453,9 @@ def _transports(lib) -> dict:
         tcp["note"] = "groups cannot be created until this is fixed"
     elif tcp["listen"] is None:
         tcp["note"] = "ranks on one host connect over loopback; ranks on other hosts dial the addresses above"
+    elif tcp["choice"] == "loopback":
+        tcp["note"] = ("every rank of a group whose store is on this host's loopback runs here and connects over "
+                       "loopback; no other host can reach these ports")
     else:
         tcp["note"] = ("every rank, on this host or another, dials the addresses above" +
                        ("" if master or bind or ifname else
@@ -470,8 +481,9 @@ def _effect(name: str, v: str) -> tuple[str, str | None]:
         if os.environ.get("GODIST_BIND_ADDR", "").strip():
             return "overridden by GODIST_BIND_ADDR", None
         if not v.strip():
-            return ("TCP uses the interface of the route to the store's host (MASTER_ADDR), all interfaces "
-                    "on a single host"), None
+            return ("TCP uses the interface of the route to the store's host (MASTER_ADDR); loopback only when "
+                    "that host is a loopback address or localhost (a single-host job); all interfaces when there "
+                    "is no store host (a FileStore)"), None
         return _ifname_effect(v), None
     if name == "GODIST_LOG_LEVEL":
         import logging
@@ -550,6 +562,10 @@ def _settings() -> dict:
         if name in TEST_SETTINGS:
             known.append({"name": name, "set": True, "value": env[name], "default": None, "doc": TEST_SETTINGS[name],
                           "effect": "read only by godist's tests and benchmarks", "problem": None})
+            continue
+        if name in BUILD_SETTINGS:
+            known.append({"name": name, "set": True, "value": env[name], "default": None, "doc": BUILD_SETTINGS[name],
+                          "effect": "read only when godist is built", "problem": None})
             continue
         close = difflib.get_close_matches(name[7:], [k[7:] for k in SETTINGS], n=1, cutoff=0.75)
         unknown.append({"name": name, "value": env[name], "did_you_mean": "GODIST_" + close[0] if close else None})

@@ -8,17 +8,21 @@ between them). Rank 0 runs on A, rank 1 on B. Needs root and ``ip netns``;
 skipped otherwise. The namespaces are this module's own (named after the
 test process) and deleted afterwards.
 
-The last tests need no namespace: unusable settings fail at init.
+The last tests need no namespace: a job whose store is on loopback listens
+on loopback only, and unusable settings fail at init.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -187,6 +191,79 @@ def test_unreachable_address_fails_both_ranks(hosts, setting):
         assert r["timeout_error"], r
         # the store's rendezvous, then the connections, each bounded by the timeout
         assert r["elapsed"] < 2 * timeout + 10, r
+
+
+def _listening(pid: int) -> list[tuple[str, int]]:
+    """The (address, port) of every TCP socket process pid listens on, from
+    /proc/net/tcp and tcp6 (its network namespace's sockets), kept to the
+    inodes of pid's descriptors."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    out = []
+    for table in ("tcp", "tcp6"):
+        if not os.path.exists(f"/proc/{pid}/net/{table}"):  # tcp6: no IPv6 here
+            continue
+        with open(f"/proc/{pid}/net/{table}") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state != "0A" or inode not in inodes:  # 0A: TCP_LISTEN
+                    continue
+                addr, port = local.split(":")
+                raw = bytes.fromhex(addr)  # 32-bit words in host (little-endian) order
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                out.append((str(ipaddress.ip_address(raw)), int(port, 16)))
+    return out
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not os.path.exists("/proc/self/net/tcp"), reason="reads /proc/<pid>/net/tcp")
+def test_single_host_job_listens_on_loopback_only(tmp_path):
+    """A TCPStore at 127.0.0.1, three ranks: while ranks 0 and 1 wait in the
+    rendezvous for rank 2 (held back until then), with their TCP listeners
+    open, every socket they listen on but the store's is on loopback; the
+    INFO line says where and why. (The store's port is torch's TCPStore
+    server, not godist's to choose.)"""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    go = tmp_path / "go"
+    envs = [_env(r, 60, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="3") for r in range(3)]
+    envs[2]["NETIF_GO_FILE"] = str(go)
+    procs = [subprocess.Popen([sys.executable, WORKER, "store"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for env in envs]
+    seen: dict[int, list] = {}
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and len(seen) < 2:
+            for r, p in enumerate(procs[:2]):
+                assert p.poll() is None, f"rank {r} exited early: {p.communicate()}"
+                ours = [a for a in _listening(p.pid) if a[1] != port]
+                if ours:
+                    seen[r] = ours
+            time.sleep(0.05)
+        assert len(seen) == 2, f"ranks 0 and 1 did not listen within 90s: {seen}"
+        go.touch()
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for r, addrs in seen.items():
+        assert all(ipaddress.ip_address(a).is_loopback for a, _ in addrs), f"rank {r} listens on {addrs}"
+    for r, (out, err) in enumerate(outs):
+        res = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
+        assert res["ok"] and res["sum"] == [6.0] * 4, (res, err)
+        assert ("TCP listens on 127.0.0.1 (lo): the store's host 127.0.0.1 is this host's loopback (127.0.0.1), "
+                "so every rank of the group runs here") in err, err
 
 
 def _init_one(rank, n, init_file):

@@ -5,7 +5,9 @@ tagged for a platform (never ``any``: the library is inside) with the
 manylinux version its glibc symbols allow; and, installed into a fresh virtual
 environment with no Go on PATH and no checkout on sys.path, runs a two-rank
 ``init_process_group("godist")`` + ``all_reduce``, has the version of
-``godist/_version.py`` and the ``godist`` console script."""
+``godist/_version.py`` and the ``godist`` console script. On Linux its native
+files (the library, the GPU report program, the MPI shims) are built for
+glibc 2.28, torch's manylinux_2_28, and need no newer symbol version."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PKG = os.path.join(REPO, "python")
 BUILD_TIMEOUT = 580  # pip wheel compiles the Go library: about a minute on a cold Go cache
+WHEEL_GLIBC = (2, 28)  # what the wheel is built for: torch's wheels are manylinux_2_28
 
 
 def _package_modules() -> set[str]:
@@ -48,13 +51,17 @@ def _source_version() -> str:
 def wheel():
     """The wheel ``pip wheel .`` builds from this checkout (once per module).
     setuptools builds in a fresh directory (not the checkout's build/, where
-    files from an earlier build could end up in the wheel)."""
+    files from an earlier build could end up in the wheel). The glibc is
+    named, so that a build without zig fails rather than falling back to
+    this machine's glibc."""
     with tempfile.TemporaryDirectory(prefix="godist-wheel-") as tmp:
         out, cfg = os.path.join(tmp, "dist"), os.path.join(tmp, "build.cfg")
         with open(cfg, "w") as f:
             f.write(f"[build]\nbuild_base = {tmp}/build\n[egg_info]\negg_base = {tmp}\n")
         p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", out,
-                            REPO], env=dict(os.environ, DIST_EXTRA_CONFIG=cfg), capture_output=True, text=True,
+                            REPO], env=dict(os.environ, DIST_EXTRA_CONFIG=cfg,
+                                            GODIST_WHEEL_GLIBC="{}.{}".format(*WHEEL_GLIBC)),
+                           capture_output=True, text=True,
                            timeout=BUILD_TIMEOUT)
         assert p.returncode == 0, f"pip wheel failed\n{p.stdout}\n{p.stderr}"
         (whl,) = list(Path(out).glob("godist-*.whl"))
@@ -108,16 +115,24 @@ def test_wheel_tag_and_version(wheel):
     libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") and sys.platform.startswith("linux") else None
     if not libc or not libc.startswith("glibc "):
         return
-    # On glibc Linux: manylinux_X_Y_<arch>, X.Y the newest GLIBC_ symbol
-    # version the library and the GPU report program name (found here
-    # independently of setup.py), no newer than this machine's glibc.
+    # On glibc Linux: every native file the wheel ships (the library, the
+    # GPU report program, the MPI shims) names no GLIBC_ symbol version
+    # newer than WHEEL_GLIBC (found here independently of setup.py), and the
+    # tag is manylinux_X_Y_<arch> for WHEEL_GLIBC (the glibc they were built
+    # for), or for the newest version the library and the program name if
+    # that were newer.
+    def newest(data: bytes) -> tuple[int, int]:
+        return max((int(a), int(b)) for a, b in re.findall(rb"\bGLIBC_(\d+)\.(\d+)", data))
+
     with zipfile.ZipFile(wheel) as z:
-        native = z.read("godist/libgodist.so") + z.read("godist/bin/godist-gpuinfo")
-    newest = max((int(a), int(b)) for a, b in re.findall(rb"\bGLIBC_(\d+)\.(\d+)", native))
+        native = {n: newest(z.read(n)) for n in z.namelist()
+                  if n in ("godist/libgodist.so", "godist/bin/godist-gpuinfo") or re.fullmatch(r"godist/mpi/.*\.so", n)}
+    assert {"godist/libgodist.so", "godist/bin/godist-gpuinfo"} <= set(native)
+    too_new = {n: v for n, v in native.items() if v > WHEEL_GLIBC}
+    assert not too_new, f"native files needing a glibc newer than {WHEEL_GLIBC}: {too_new}"
     arch = sysconfig.get_platform().split("-", 1)[1].replace("-", "_").replace(".", "_")
-    assert plat == f"manylinux_{newest[0]}_{newest[1]}_{arch}"
-    host = tuple(int(x) for x in libc.split()[1].split(".")[:2])
-    assert newest <= host, f"the wheel needs glibc {newest}, this machine has {host}"
+    tag = max(WHEEL_GLIBC, native["godist/libgodist.so"], native["godist/bin/godist-gpuinfo"])
+    assert plat == f"manylinux_{tag[0]}_{tag[1]}_{arch}"
 
 
 # Run in the fresh environment: what is importable and from where.
