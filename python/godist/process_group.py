@@ -52,6 +52,9 @@ class GodistProcessGroup(_PG):
         self._hook_ids = set()
         self._fr = flight_recorder_requested()
         self._hooked = self._fr
+        # The Group the fast path reaches in one attribute read; None while
+        # hooked (allreduce, the most frequent op, checks nothing else).
+        self._fast_g = None if self._hooked else group
         self._backend = None
         if _HAS_BACKEND:
             b = GodistBackend(group=self._g)
@@ -107,6 +110,7 @@ class GodistProcessGroup(_PG):
     # ----- hooks --------------------------------------------------------
     def _rehook(self) -> None:
         self._hooked = self._fr or bool(self._hook_ids)
+        self._fast_g = None if self._hooked else self._g
 
     def register_pre_hook(self, hook_id, hook) -> None:
         _PG.register_pre_hook(self, hook_id, hook)
@@ -139,6 +143,7 @@ class GodistProcessGroup(_PG):
     def reconfigure(self, opts):
         w = self._needs_backend("reconfigure").reconfigure(opts)
         self._g = self._backend._g
+        self._rehook()
         return w
 
     def _needs_backend(self, what: str):
@@ -175,15 +180,15 @@ class GodistProcessGroup(_PG):
     # while hooked, torch's own method runs it (hooks, flight recorder),
     # which reaches the same Group through the registered GodistBackend.
     def allreduce(self, tensors, opts=None, op=None, timeout=None):
+        g = self._fast_g
+        if g is not None and type(opts) is _ARO:
+            w = _fast.allreduce(g, tensors, opts)
+            return w if w is not None else g.allreduce(tensors, opts)
         if type(opts) is not _ARO:
             tensors, opts = _forms.allreduce(tensors, opts, op, timeout)
         if self._hooked:
             return _PG.allreduce(self, tensors, opts)
-        g = self._g
-        w = _fast.allreduce(g, tensors, opts)
-        if w is not None:
-            return w
-        return g.allreduce(tensors, opts)
+        return self._g.allreduce(tensors, opts)
 
     def allreduce_coalesced(self, tensors, opts=None):
         tensors, opts = _forms.allreduce_coalesced(tensors, opts)
