@@ -20,14 +20,12 @@ import ctypes
 import datetime
 import logging
 import os
-import signal
 import threading
 import weakref
 
 import torch
-import torch.distributed as dist
 
-from . import _checks, _desync, _errors, _fast, _lib, _log, _rendezvous, _types
+from . import _checks, _desync, _dump, _errors, _fast, _flight, _lib, _log, _rendezvous, _types
 from ._args import _async, _desc, _Outputs
 from .work import combine, submit
 
@@ -79,7 +77,7 @@ class Group:
         self._details = _desync.details if self._detail else _desync.nothing
         lib = _lib.load()
         _log.set_rank(rank)
-        _dump_on_signal(lib)
+        _dump.on_signal(lib)
         h = ctypes.c_uint64()
         bind = os.environ.get("GODIST_BIND_ADDR", "").encode()
         ifname = os.environ.get("GODIST_SOCKET_IFNAME", "").encode()
@@ -258,7 +256,7 @@ class Group:
             return
         self._hooks_ran = True
         self._run_abort_hooks()
-        _dump_flight_recorder()
+        _flight.dump()
 
     def abort(self, *args, **kwargs):
         """Fail every pending op of this group at once and drop its connections."""
@@ -622,127 +620,12 @@ class Group:
     alltoall_base = all_to_all_single
 
 
-_SIGNALS_ASKED = set()
-
-
-def _dump_on_signal(lib) -> None:
-    """GODIST_DUMP_ON_SIGNAL: "1" (SIGUSR1) or a signal's name or number."""
-    v = os.environ.get("GODIST_DUMP_ON_SIGNAL", "").strip().upper()
-    if not v or v in ("0", "FALSE", "NO", "OFF"):
-        return
-    if v in ("1", "TRUE", "YES", "ON"):
-        v = "SIGUSR1"
-    try:
-        signo = int(v) if v.isdigit() else int(getattr(signal, v if v.startswith("SIG") else "SIG" + v))
-    except (AttributeError, ValueError):
-        raise ValueError(f"godist: GODIST_DUMP_ON_SIGNAL={os.environ['GODIST_DUMP_ON_SIGNAL']!r}: use 1 (SIGUSR1) "
-                         "or a signal's name or number") from None
-    if signo in _SIGNALS_ASKED:
-        return
-    if lib.dump_on_signal(signo) != _errors.OK:
-        raise ValueError(f"godist: GODIST_DUMP_ON_SIGNAL: signal {signo} cannot be caught")
-    _SIGNALS_ASKED.add(signo)
-
-
 def close_all():
     """Close every live group gracefully (registered with atexit)."""
     with _live_lock:
         groups = list(_live)
     for g in groups:
         g._close()
-
-
-class Unconfigured:
-    """The group of a GodistProcessGroup or GodistBackend made with
-    ``enable_reconfigure=True``, until its first ``dist._reconfigure``
-    forms it: it knows its store, rank and size, and refuses every op."""
-
-    _h = 0
-    _closed = False
-    _detail = True  # the fast paths step aside and reach the refusal below
-    _coalesced = None
-    _dev = None
-
-    def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta | None, group_name: str = ""):
-        self._store, self._rank, self._size = store, rank, size
-        self._timeout = timeout if timeout is not None and timeout.total_seconds() > 0 else _types.default_timeout()
-        self._name = group_name or "godist"
-        self._abort_hooks = {}
-        self._hooks_ran = False
-
-    def __repr__(self):
-        return f"godist group {self._name!r} (not configured yet)"
-
-    def rank(self) -> int:
-        return self._rank
-
-    def size(self) -> int:
-        return self._size
-
-    def error(self) -> int:
-        return _errors.OK
-
-    def set_timeout(self, timeout: datetime.timedelta) -> None:
-        self._timeout = timeout
-
-    def _get_sequence_number_for_group(self) -> int:
-        return 0
-
-    def shutdown(self, *args, **kwargs):
-        pass
-
-    abort = _close = shutdown
-
-    _OPS = frozenset(("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather", "allgather_coalesced",
-                      "all_gather_single", "all_gather_single_coalesced", "gather", "scatter", "reduce_scatter",
-                      "reduce_scatter_single", "reduce_scatter_single_coalesced", "alltoall", "all_to_all_single",
-                      "barrier", "monitored_barrier", "send", "recv", "recv_anysource", "_start_coalescing",
-                      "_end_coalescing", "_device_path", "_allgather_base", "_reduce_scatter_base",
-                      "allgather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced", "alltoall_base"))
-
-    def __getattr__(self, name):
-        # Only the ops (torch's trampolines look other names up on the
-        # group and must not find them).
-        if name not in self._OPS:
-            raise AttributeError(name)
-
-        def refuse(*args, **kwargs):
-            raise RuntimeError(f"godist: group {self._name!r} was created with enable_reconfigure=True and has no "
-                               "members yet: call dist._reconfigure(uuid, handles) before its first operation")
-
-        return refuse
-
-
-def flight_recorder_requested() -> bool:
-    """Whether the environment asks for torch's flight recorder
-    (TORCH_FR_BUFFER_SIZE, else TORCH_NCCL_TRACE_BUFFER_SIZE, above 0)."""
-    for var in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
-        v = os.environ.get(var, "").strip()
-        if v:
-            try:
-                return int(v) > 0
-            except ValueError:
-                return False
-    return False
-
-
-_fr_dumped = False
-
-
-def _dump_flight_recorder() -> None:
-    """Write the flight recorder's trace of godist's groups to
-    <TORCH_FR_DUMP_TEMP_FILE><global rank>, once per process (what torch's
-    own backends do when a collective fails), for torchfrtrace to read."""
-    global _fr_dumped
-    dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_file", None)
-    if _fr_dumped or dump is None or not flight_recorder_requested():
-        return
-    _fr_dumped = True
-    try:
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        dump(rank, backend="godist")
-    except Exception as e:  # noqa: BLE001 - a failed dump must not hide the op's error
-        _log.log(logging.WARNING, "godist: could not write the flight recorder's trace: %s", e)
 
 
 def _on_failure(name: str, exc) -> None:

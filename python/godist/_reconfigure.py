@@ -23,7 +23,7 @@ import os
 import secrets
 import socket
 
-from . import _rendezvous
+from . import _errors, _rendezvous, _types
 from . import store as _store
 
 PREFIX = "godist-rc1"
@@ -105,3 +105,64 @@ class Membership:
         host, port = parse(ordered[0])
         client = _store.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
         return _store.PrefixStore(f"godist-reconfigure/{uuid}/", client)
+
+
+class Unconfigured:
+    """The group of a GodistProcessGroup or GodistBackend made with
+    ``enable_reconfigure=True``, until its first ``dist._reconfigure``
+    forms it: it knows its store, rank and size, and refuses every op."""
+
+    _h = 0
+    _closed = False
+    _detail = True  # the fast paths step aside and reach the refusal below
+    _coalesced = None
+    _dev = None
+
+    def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta | None, group_name: str = ""):
+        self._store, self._rank, self._size = store, rank, size
+        self._timeout = timeout if timeout is not None and timeout.total_seconds() > 0 else _types.default_timeout()
+        self._name = group_name or "godist"
+        self._abort_hooks = {}
+        self._hooks_ran = False
+
+    def __repr__(self):
+        return f"godist group {self._name!r} (not configured yet)"
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+    def error(self) -> int:
+        return _errors.OK
+
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        self._timeout = timeout
+
+    def _get_sequence_number_for_group(self) -> int:
+        return 0
+
+    def shutdown(self, *args, **kwargs):
+        pass
+
+    abort = _close = shutdown
+
+    _OPS = frozenset(("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather", "allgather_coalesced",
+                      "all_gather_single", "all_gather_single_coalesced", "gather", "scatter", "reduce_scatter",
+                      "reduce_scatter_single", "reduce_scatter_single_coalesced", "alltoall", "all_to_all_single",
+                      "barrier", "monitored_barrier", "send", "recv", "recv_anysource", "_start_coalescing",
+                      "_end_coalescing", "_device_path", "_allgather_base", "_reduce_scatter_base",
+                      "allgather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced", "alltoall_base"))
+
+    def __getattr__(self, name):
+        # Only the ops (torch's trampolines look other names up on the
+        # group and must not find them).
+        if name not in self._OPS:
+            raise AttributeError(name)
+
+        def refuse(*args, **kwargs):
+            raise RuntimeError(f"godist: group {self._name!r} was created with enable_reconfigure=True and has no "
+                               "members yet: call dist._reconfigure(uuid, handles) before its first operation")
+
+        return refuse

@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 
 from . import _errors, _forms, _reconfigure
-from ._group import Group, Unconfigured
+from ._group import Group
+from ._reconfigure import Unconfigured
 from .work import combine
 
 _C = torch._C._distributed_c10d

@@ -29,7 +29,9 @@ import torch
 import torch.distributed as dist
 
 from . import _fast, _forms, _group, _lib, _log
-from ._group import Group, Unconfigured, _live, _live_lock, flight_recorder_requested
+from ._flight import requested as flight_recorder_requested
+from ._group import Group, _live, _live_lock
+from ._reconfigure import Unconfigured
 from .backend import AVAILABLE as _HAS_BACKEND
 from .backend import GodistBackend
 
