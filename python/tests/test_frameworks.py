@@ -27,8 +27,7 @@ def _flat(params):
 
 
 class _Spy:
-    """Records which ops of godist's Group ran (and their reduce op): both the
-    GodistProcessGroup and the GodistBackend route every op there."""
+    """Records which GodistProcessGroup methods ran (and their reduce op)."""
 
     NAMES = ("allreduce", "allreduce_coalesced", "broadcast", "allgather", "all_gather_single",
              "all_gather_single_coalesced", "reduce_scatter", "reduce_scatter_single",
@@ -42,11 +41,13 @@ class _Spy:
                "alltoall_base": "all_to_all_single"}
 
     def __enter__(self):
-        from godist._group import Group
+        from godist.process_group import GodistProcessGroup
 
         self.calls, self._saved = [], {}
         for attr, name in [(n, n) for n in self.NAMES] + list(self.ALIASES.items()):
-            orig = Group.__dict__[attr]
+            if attr not in GodistProcessGroup.__dict__:
+                continue  # an old name torch's own ProcessGroup forwards (2.13+)
+            orig = GodistProcessGroup.__dict__[attr]
             self._saved[attr] = orig
 
             def wrapper(pg, *args, _orig=orig, _name=name, **kwargs):
@@ -56,14 +57,14 @@ class _Spy:
                 self.calls.append((_name, None if state is None else (str(state[0]).split(".")[-1], state[1])))
                 return _orig(pg, *args, **kwargs)
 
-            setattr(Group, attr, wrapper)
+            setattr(GodistProcessGroup, attr, wrapper)
         return self
 
     def __exit__(self, *exc):
-        from godist._group import Group
+        from godist.process_group import GodistProcessGroup
 
         for name, orig in self._saved.items():
-            setattr(Group, name, orig)
+            setattr(GodistProcessGroup, name, orig)
 
     def ops(self, name):
         return {red for n, red in self.calls if n == name}
