@@ -77,7 +77,9 @@ type ProcessGroup struct {
 
 	closeOnce sync.Once
 	queries   atomic.Uint64
-	telling   sync.WaitGroup // desync notices being sent (desync.go)
+	telling   sync.WaitGroup // desync and give-up notices being sent (desync.go, agree.go)
+	// abandoned is the first collective a peer gave up on (agree.go).
+	abandoned atomic.Pointer[giveUp]
 }
 
 type task struct {
@@ -123,6 +125,7 @@ func (pg *ProcessGroup) start(tr transport.Transport) {
 		tk.SetOnDesync(func(de *transport.DesyncError) { pg.desynced(de, true) })
 	}
 	pg.listenDesync()
+	pg.listenGiveUps()
 	go pg.controlLoop()
 }
 
@@ -205,6 +208,13 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 	if pe := rootPeerError(err); pe != nil {
 		oe.Peer = pe.Peer
 	}
+	if ae := (*abandonError)(nil); errors.As(err, &ae) {
+		if oe.Peer == ae.n.rank {
+			oe.PeerLeft = ae.n.why // why it gave up
+		}
+		pg.breakWith(oe) // (agree.go); the peers were told
+		return oe
+	}
 	var me *monitoredError
 	if errors.As(err, &me) {
 		oe.Missing = me.late
@@ -234,6 +244,7 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 		}
 	}
 	pg.breakWith(oe)
+	pg.tellGiveUp(t.w.Seq, oe)
 	return oe
 }
 

@@ -1,0 +1,56 @@
+"""Every rank agrees on a collective's outcome, and a timeout raises at its
+deadline. A rank that comes back to a collective after its peer gave up on
+it (timed out, then aborted, closed or kept its group) must get an error,
+never a result built from the peer's abandoned contribution: under torchft
+the two replicas would otherwise commit different steps."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness import init, run_world
+
+OP_TIMEOUT_S = 1.0
+
+
+def late_peer_worker(rank, n, init_file, then):
+    gloo = init(rank, n, init_file, timeout_s=60)
+    g = dist.new_group(backend="godist", timeout=datetime.timedelta(seconds=OP_TIMEOUT_S))
+    dist.all_reduce(torch.ones(4), group=g)  # the group works
+    t = torch.full((4,), float(rank + 1))
+    out = {}
+    if rank == 0:
+        start = time.monotonic()
+        try:
+            dist.all_reduce(t, group=g)
+            out["result"] = t.tolist()
+        except Exception as e:  # noqa: BLE001
+            out["error"] = str(e)
+        out["elapsed"] = time.monotonic() - start
+        if then == "abort":
+            g._get_backend(torch.device("cpu")).abort()
+        elif then == "close":
+            dist.destroy_process_group(g)
+    else:
+        time.sleep(OP_TIMEOUT_S + 0.5)  # comes back after rank 0 gave up
+        try:
+            dist.all_reduce(t, group=g)
+            out["result"] = t.tolist()
+        except Exception as e:  # noqa: BLE001
+            out["error"] = str(e)
+    dist.barrier(group=gloo)  # rank 0 stays until rank 1 is done
+    return out
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+@pytest.mark.parametrize("then", ["abort", "close", "keep"])
+def test_late_rank_gets_an_error_not_a_result(transport, then):
+    r0, r1 = run_world(late_peer_worker, 2, then, timeout=50, env={"GODIST_TRANSPORT": transport})
+    assert "timed out" in r0.get("error", ""), r0
+    assert "error" in r1, f"rank 1 got {r1} after rank 0 gave up ({r0['error']})"
