@@ -1,6 +1,7 @@
 package libgodist
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -35,4 +36,46 @@ func TestLateRankAfterPeerGaveUp(t *testing.T) {
 	w, err = pgs[1].AllReduce(i64s(2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
 	require.NoError(t, err)
 	require.ErrorIs(t, w.Err(), ErrBroken)
+}
+
+// silentPeer wraps a rank's transport so that it never answers progress
+// queries, as a stopped process would not.
+type silentPeer struct{ transport.Transport }
+
+func (s silentPeer) Send(ctx context.Context, peer int, tag transport.Tag, data []byte) error {
+	if uint64(tag)>>60 == uint64(transport.ControlTag(0))>>60 && uint64(tag)&(1<<60-1) >= 1<<40 {
+		return nil // an answer: dropped
+	}
+	return s.Transport.Send(ctx, peer, tag, data)
+}
+
+// TestTimeoutRaisesAtDeadline: with a peer that never joins and never
+// answers, the op's error comes at its deadline (not a query's wait
+// later) and still names the peer as missing and silent.
+func TestTimeoutRaisesAtDeadline(t *testing.T) {
+	const timeout = 600 * time.Millisecond
+	net := transport.NewMemNetwork(2)
+	pgs := make([]*ProcessGroup, 2)
+	for r := range pgs {
+		var tr transport.Transport = net.Transport(r)
+		if r == 1 {
+			tr = silentPeer{tr}
+		}
+		pg, err := NewWithTransport(Config{Rank: r, Size: 2, Group: "test", Timeout: timeout}, tr)
+		require.NoError(t, err)
+		pgs[r] = pg
+		t.Cleanup(func() { pg.Close() })
+	}
+	start := time.Now()
+	w, err := pgs[0].AllReduce(i64s(1), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+	require.NoError(t, err)
+	err = w.Err()
+	took := time.Since(start)
+	var oe *OpError
+	require.ErrorAs(t, err, &oe)
+	require.True(t, oe.Timeout(), "%v", err)
+	require.Equal(t, []int{1}, oe.Missing, "%v", err)
+	require.Equal(t, []int{1}, oe.Silent, "%v", err)
+	require.GreaterOrEqual(t, took, timeout)
+	require.Less(t, took, timeout+100*time.Millisecond, "raised %v after the deadline", took-timeout)
 }

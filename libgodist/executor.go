@@ -214,6 +214,9 @@ func (pg *ProcessGroup) runTask(t *task) {
 	t.started = time.Now()
 	ctx := newOpContext(pg.ctx, t.timeout)
 	ctx.call = &t.call
+	if pg.cfg.Size > 1 {
+		ctx.watch(pg, t, queryShare(t.timeout))
+	}
 	t.ctx = ctx
 	// Stored before the group's state is checked: a desync learned of
 	// meanwhile either is seen here or cancels ctx (desynced).

@@ -19,10 +19,20 @@ import (
 //
 // Err reports the deadline as soon as it has passed, before Done is
 // closed; after cancel, Err is context.Canceled.
+//
+// A context with a task also warns its group when the deadline is near
+// (warnAt: the query of the peers' progress starts then, progress.go):
+// the first Err at or after warnAt, or a timer that the first Done
+// starts, calls pg.warned once. Neither costs anything on ops that finish
+// early.
 type opContext struct {
 	parent   context.Context
 	deadline time.Time
 	call     *transport.Call // the op's fingerprint (transport.CallOf), or nil
+	warnAt   time.Time       // when the deadline is near (set with task)
+	pg       *ProcessGroup   // warned at warnAt, if set
+	task     *task
+	warned   atomic.Bool // pg was warned (or is no longer to be)
 
 	mu       sync.Mutex
 	inner    atomic.Pointer[innerCtx] // made by the first Done
@@ -32,10 +42,19 @@ type opContext struct {
 type innerCtx struct {
 	ctx    context.Context
 	cancel context.CancelFunc
+	warn   *time.Timer // calls warn at warnAt, or nil
 }
 
 func newOpContext(parent context.Context, timeout time.Duration) *opContext {
-	return &opContext{parent: parent, deadline: time.Now().Add(timeout)}
+	dl := time.Now().Add(timeout)
+	return &opContext{parent: parent, deadline: dl, warnAt: dl}
+}
+
+// watch makes the context warn pg, share before its deadline, that t's
+// deadline is near. Called before the context is used.
+func (c *opContext) watch(pg *ProcessGroup, t *task, share time.Duration) {
+	c.pg, c.task = pg, t
+	c.warnAt = c.deadline.Add(-share)
 }
 
 func (c *opContext) Deadline() (time.Time, bool) { return c.deadline, true }
@@ -61,10 +80,20 @@ func (c *opContext) Err() error {
 	if err := c.parent.Err(); err != nil {
 		return err
 	}
-	if !time.Now().Before(c.deadline) {
-		return context.DeadlineExceeded
+	if now := time.Now(); !now.Before(c.warnAt) {
+		c.warn()
+		if !now.Before(c.deadline) {
+			return context.DeadlineExceeded
+		}
 	}
 	return nil
+}
+
+// warn tells the group, once, that the op's deadline is near.
+func (c *opContext) warn() {
+	if c.pg != nil && !c.canceled.Load() && c.warned.CompareAndSwap(false, true) {
+		c.pg.nearDeadline(c.task)
+	}
 }
 
 func (c *opContext) Done() <-chan struct{} {
@@ -77,10 +106,13 @@ func (c *opContext) Done() <-chan struct{} {
 		return in.ctx.Done()
 	}
 	ctx, cancel := context.WithDeadline(c.parent, c.deadline)
+	in := &innerCtx{ctx: ctx, cancel: cancel}
 	if c.canceled.Load() {
 		cancel()
+	} else if c.pg != nil {
+		in.warn = time.AfterFunc(time.Until(c.warnAt), c.warn)
 	}
-	c.inner.Store(&innerCtx{ctx: ctx, cancel: cancel})
+	c.inner.Store(in)
 	return ctx.Done()
 }
 
@@ -93,5 +125,8 @@ func (c *opContext) cancel() {
 	c.mu.Unlock()
 	if in != nil {
 		in.cancel()
+		if in.warn != nil {
+			in.warn.Stop()
+		}
 	}
 }

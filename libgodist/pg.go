@@ -91,6 +91,9 @@ type task struct {
 	call    transport.Call // the op's fingerprint, in its context (transport.CallOf)
 	detail  string         // the caller's description of its tensors (Opts.Detail)
 	ctx     *opContext     // set before the task is stored in pg.running
+	// progress is the query of the peers' progress started as the deadline
+	// neared (progress.go), if one was.
+	progress atomic.Pointer[progress]
 }
 
 // NewWithTransport builds a connected group over an existing transport
@@ -226,7 +229,7 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 	if oe.Timeout() {
 		oe.After = t.timeout
 		var de *transport.DesyncError
-		oe.Missing, oe.Silent, de = pg.missingRanks(t.w.Seq, &t.call)
+		oe.Missing, oe.Silent, de = pg.progressOf(t)
 		if de != nil {
 			// Ranks that waited for each other in different collectives
 			// (neither sent the other anything): say so, and tell them.
