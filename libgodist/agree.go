@@ -54,7 +54,7 @@ const (
 
 // ErrAbandoned is wrapped by the errors of collectives that a peer gave up
 // on (timed out or failed) before this rank completed them.
-var ErrAbandoned = errors.New("a peer gave up on this collective")
+var ErrAbandoned = transport.ErrAbandoned
 
 // giveUp is a peer's give-up notice.
 type giveUp struct {

@@ -211,11 +211,12 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 	if pe := rootPeerError(err); pe != nil {
 		oe.Peer = pe.Peer
 	}
-	if ae := (*abandonError)(nil); errors.As(err, &ae) {
-		if oe.Peer == ae.n.rank {
+	if errors.Is(err, ErrAbandoned) {
+		// A peer gave up on it (agree.go) and told the others.
+		if ae := (*abandonError)(nil); errors.As(err, &ae) && oe.Peer == ae.n.rank {
 			oe.PeerLeft = ae.n.why // why it gave up
 		}
-		pg.breakWith(oe) // (agree.go); the peers were told
+		pg.breakWith(oe)
 		return oe
 	}
 	var me *monitoredError
