@@ -69,8 +69,8 @@ type giveUp struct {
 // err, so that none completes it. It does not wait for slow peers: the
 // sends go out on their own goroutine (Close waits for them).
 func (pg *ProcessGroup) tellGiveUp(seq uint64, err error) {
-	if pg.cfg.Size == 1 {
-		return
+	if pg.cfg.Size == 1 || pg.ctx.Err() != nil {
+		return // closing: the peers learn that from the transport
 	}
 	var b [giveUpSize]byte
 	binary.LittleEndian.PutUint64(b[:8], seq)

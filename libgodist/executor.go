@@ -212,12 +212,12 @@ func (e *executor) waitIdle() {
 func (pg *ProcessGroup) runTask(t *task) {
 	pg.entered.Store(t.w.Seq)
 	t.started = time.Now()
-	ctx := newOpContext(pg.ctx, t.timeout)
-	ctx.call = &t.call
+	ctx := &t.ctx
+	ctx.init(pg.ctx, t.timeout)
+	ctx.task = t
 	if pg.cfg.Size > 1 {
-		ctx.watch(pg, t, queryShare(t.timeout))
+		ctx.watch(pg, queryShare(t.timeout))
 	}
-	t.ctx = ctx
 	// Stored before the group's state is checked: a desync learned of
 	// meanwhile either is seen here or cancels ctx (desynced).
 	pg.running.Store(t)

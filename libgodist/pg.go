@@ -90,7 +90,7 @@ type task struct {
 	started time.Time
 	call    transport.Call // the op's fingerprint, in its context (transport.CallOf)
 	detail  string         // the caller's description of its tensors (Opts.Detail)
-	ctx     *opContext     // set before the task is stored in pg.running
+	ctx     opContext      // set up before the task is stored in pg.running
 	// progress is the query of the peers' progress started as the deadline
 	// neared (progress.go), if one was.
 	progress atomic.Pointer[progress]
