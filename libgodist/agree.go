@@ -26,11 +26,11 @@ import (
 // ranks never joined). The check costs one atomic load per collective.
 //
 // The notice travels like any message, so a peer that completes seq N in
-// the instant before it arrives still returns the result; the
-// shared-memory arena closes that window within a host (the giving-up rank
-// poisons the word it waited for, see backends/shm/agree.go), and a
-// closed or aborted group closes it for TCP peers (a peer reads the
-// closed connection after the contribution and before the next frame).
+// the instant between this rank's deadline and the notice's arrival still
+// returns the result. The shared-memory arena closes that window within a
+// host (the giving-up rank poisons the word it waited for, see
+// backends/shm/agree.go); over TCP it stays open (closing it would take an
+// extra round trip per collective).
 
 // giveUpTag carries a give-up notice: the sequence number (8 bytes, little
 // endian), what kind of failure it was (1 byte: giveUpOther, giveUpLost or
