@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/assemble"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -78,4 +79,29 @@ func TestTimeoutRaisesAtDeadline(t *testing.T) {
 	require.Equal(t, []int{1}, oe.Silent, "%v", err)
 	require.GreaterOrEqual(t, took, timeout)
 	require.Less(t, took, timeout+100*time.Millisecond, "raised %v after the deadline", took-timeout)
+}
+
+// TestLateRankAfterPeerGaveUpReal is TestLateRankAfterPeerGaveUp over the
+// real transports. Over shared memory rank 1 comes back at once: rank 0
+// poisoned the word it waited for, so rank 1 fails even before the notice
+// can arrive; over TCP it comes back once the notice is there.
+func TestLateRankAfterPeerGaveUpReal(t *testing.T) {
+	for _, tr := range []string{assemble.TransportAuto, assemble.TransportTCP} {
+		t.Run(map[string]string{"": "auto", "tcp": "tcp"}[tr], func(t *testing.T) {
+			pgs := connectGroup(t, 2, tr, nil)
+			w, err := pgs[0].AllReduce(i64s(1), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{Timeout: 100 * time.Millisecond})
+			require.NoError(t, err)
+			require.ErrorIs(t, w.Err(), transport.ErrTimeout)
+			if tr == assemble.TransportTCP {
+				require.True(t, waitUntil(5*time.Second, func() bool { return pgs[1].abandoned.Load() != nil }))
+			}
+			w, err = pgs[1].AllReduce(i64s(2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+			require.NoError(t, err)
+			err = w.Err()
+			require.ErrorIs(t, err, ErrAbandoned)
+			var oe *OpError
+			require.ErrorAs(t, err, &oe)
+			require.Equal(t, 0, oe.Peer, "%v", err)
+		})
+	}
 }
