@@ -105,3 +105,26 @@ func TestLateRankAfterPeerGaveUpReal(t *testing.T) {
 		})
 	}
 }
+
+// TestRunningOpFailsOnNotice: a notice that arrives while the collective
+// it names is running makes it fail instead of return, though its data
+// all came.
+func TestRunningOpFailsOnNotice(t *testing.T) {
+	pgs, _ := group(t, 2, 5*time.Second)
+	w1, err := pgs[1].AllReduce(i64s(2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+	require.NoError(t, err)
+	require.True(t, waitUntil(5*time.Second, func() bool { return pgs[1].entered.Load() >= 1 }))
+	var b [giveUpSize]byte
+	b[0] = 1 // seq 1
+	b[8] = giveUpGone
+	b[9], b[10], b[11], b[12] = 0xff, 0xff, 0xff, 0xff // no rank at fault
+	copy(b[giveUpHead:], "its own reasons")
+	pgs[1].gaveUp(0, b[:])
+	w0, err := pgs[0].AllReduce(i64s(1), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+	require.NoError(t, err)
+	require.NoError(t, w0.Err())
+	err = w1.Err()
+	require.ErrorIs(t, err, ErrAbandoned)
+	require.ErrorIs(t, err, transport.ErrPeerGone)
+	require.Contains(t, err.Error(), "its own reasons")
+}
