@@ -65,7 +65,7 @@ func (pg *ProcessGroup) nearDeadline(t *task) {
 // had not started the op, or a query made now if none was started.
 func (pg *ProcessGroup) progressOf(t *task) (missing, silent []int, de *transport.DesyncError) {
 	if t.ctx.warned.CompareAndSwap(false, true) {
-		return pg.missingRanks(t.w.Seq, &t.call, queryShare(t.timeout))
+		return pg.missingRanks(t.w.Seq, &t.call, max(queryShare(t.timeout), refreshWait))
 	}
 	var p *progress
 	for p = t.progress.Load(); p == nil; p = t.progress.Load() {
