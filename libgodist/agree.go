@@ -159,7 +159,7 @@ func (pg *ProcessGroup) abandonedAt(op string, seq uint64) error {
 type abandonError struct{ n *giveUp }
 
 func (e *abandonError) Error() string {
-	return fmt.Sprintf("%v: rank %d gave up on collective seq %d", ErrAbandoned, e.n.rank, e.n.seq)
+	return fmt.Sprintf("%v: rank %d gave up on collective seq %d: %s", ErrAbandoned, e.n.rank, e.n.seq, e.n.why)
 }
 
 func (e *abandonError) Unwrap() []error {

@@ -212,10 +212,8 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 		oe.Peer = pe.Peer
 	}
 	if errors.Is(err, ErrAbandoned) {
-		// A peer gave up on it (agree.go) and told the others.
-		if ae := (*abandonError)(nil); errors.As(err, &ae) && oe.Peer == ae.n.rank {
-			oe.PeerLeft = ae.n.why // why it gave up
-		}
+		// A peer gave up on it and told the others (agree.go); the error
+		// says why.
 		pg.breakWith(oe)
 		return oe
 	}
