@@ -453,7 +453,18 @@ func timeoutMissingAfterPeersLeft(t *testing.T, late bool) {
 // rank 1 joins) and it closes; rank 1's op then fails because rank 0
 // left, and says why rank 0 left.
 func TestPeerLeftSaysWhy(t *testing.T) {
-	pgs, _ := group(t, 2, 5*time.Second)
+	net := transport.NewMemNetwork(2)
+	pgs := make([]*ProcessGroup, 2)
+	for r := range pgs {
+		var tr transport.Transport = net.Transport(r)
+		if r == 1 {
+			tr = deafToGiveUps{tr} // what the farewell says, not the notice
+		}
+		pg, err := NewWithTransport(Config{Rank: r, Size: 2, Group: "test", Timeout: 5 * time.Second}, tr)
+		require.NoError(t, err)
+		pgs[r] = pg
+		t.Cleanup(func() { pg.Close() })
+	}
 	w, err := pgs[0].AllReduce(i64s(1), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{Timeout: 100 * time.Millisecond})
 	require.NoError(t, err)
 	require.Error(t, w.Err())
@@ -505,7 +516,7 @@ func TestLateFarewellSaysWhy(t *testing.T) {
 	for r := range pgs {
 		tr := net.Transport(r)
 		if r == 1 {
-			tr = &lateFarewell{Transport: tr}
+			tr = deafToGiveUps{&lateFarewell{Transport: tr}}
 		}
 		pg, err := NewWithTransport(Config{Rank: r, Size: 2, Group: "test", Timeout: 5 * time.Second}, tr)
 		require.NoError(t, err)

@@ -212,13 +212,22 @@ func (e *executor) waitIdle() {
 func (pg *ProcessGroup) runTask(t *task) {
 	pg.entered.Store(t.w.Seq)
 	t.started = time.Now()
-	ctx := newOpContext(pg.ctx, t.timeout)
-	ctx.call = &t.call
-	t.ctx = ctx
+	ctx := &t.ctx
+	ctx.init(pg.ctx, t.timeout)
+	ctx.task = t
+	if pg.cfg.Size > 1 {
+		ctx.watch(pg, queryShare(t.timeout))
+	}
 	// Stored before the group's state is checked: a desync learned of
 	// meanwhile either is seen here or cancels ctx (desynced).
 	pg.running.Store(t)
-	if err := pg.refusal(t.w.Op, t.w.Seq); err != nil {
+	err := pg.refusal(t.w.Op, t.w.Seq)
+	if err == nil {
+		if err = pg.abandonedAt(t.w.Op, t.w.Seq); err != nil {
+			err = pg.opError(t, err) // breaks the group
+		}
+	}
+	if err != nil {
 		ctx.cancel()
 		pg.running.CompareAndSwap(t, nil)
 		var oe *OpError
@@ -232,12 +241,16 @@ func (pg *ProcessGroup) runTask(t *task) {
 	if debug {
 		pg.traceStart(t)
 	}
-	var err error
 	if de := pg.track(t); de != nil {
 		err = &transport.PeerError{Op: "recv", Peer: de.Peer, Err: de}
 	} else {
 		c := &comm{tr: pg.tr, offload: pg.offload, tune: &pg.tune, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare, allSpare: pg.allSpare}
 		err = safeRun(t.run, c)
+		if err == nil {
+			// A peer that gave up on this collective may have sent its
+			// contribution first: fail as it did (agree.go).
+			err = pg.abandonedAt(t.w.Op, t.w.Seq)
+		}
 	}
 	ctx.cancel()
 	if err != nil {

@@ -78,7 +78,9 @@ type ProcessGroup struct {
 	closeOnce sync.Once
 	queries   atomic.Uint64
 	timeout   atomic.Int64   // default deadline set by SetTimeout, in ns; 0: cfg.Timeout
-	telling   sync.WaitGroup // desync notices being sent (desync.go)
+	telling   sync.WaitGroup // desync and give-up notices being sent (desync.go, agree.go)
+	// abandoned is the first collective a peer gave up on (agree.go).
+	abandoned atomic.Pointer[giveUp]
 }
 
 type task struct {
@@ -89,7 +91,10 @@ type task struct {
 	started time.Time
 	call    transport.Call // the op's fingerprint, in its context (transport.CallOf)
 	detail  string         // the caller's description of its tensors (Opts.Detail)
-	ctx     *opContext     // set before the task is stored in pg.running
+	ctx     opContext      // set up before the task is stored in pg.running
+	// progress is the query of the peers' progress started as the deadline
+	// neared (progress.go), if one was.
+	progress atomic.Pointer[progress]
 }
 
 // NewWithTransport builds a connected group over an existing transport
@@ -124,6 +129,7 @@ func (pg *ProcessGroup) start(tr transport.Transport) {
 		tk.SetOnDesync(func(de *transport.DesyncError) { pg.desynced(de, true) })
 	}
 	pg.listenDesync()
+	pg.listenGiveUps()
 	go pg.controlLoop()
 }
 
@@ -224,6 +230,12 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 	if pe := rootPeerError(err); pe != nil {
 		oe.Peer = pe.Peer
 	}
+	if errors.Is(err, ErrAbandoned) {
+		// A peer gave up on it and told the others (agree.go); the error
+		// says why.
+		pg.breakWith(oe)
+		return oe
+	}
 	var me *monitoredError
 	if errors.As(err, &me) {
 		oe.Missing = me.late
@@ -235,7 +247,7 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 	if oe.Timeout() {
 		oe.After = t.timeout
 		var de *transport.DesyncError
-		oe.Missing, oe.Silent, de = pg.missingRanks(t.w.Seq, &t.call)
+		oe.Missing, oe.Silent, de = pg.progressOf(t)
 		if de != nil {
 			// Ranks that waited for each other in different collectives
 			// (neither sent the other anything): say so, and tell them.
@@ -253,6 +265,7 @@ func (pg *ProcessGroup) opError(t *task, err error) error {
 		}
 	}
 	pg.breakWith(oe)
+	pg.tellGiveUp(t.w.Seq, oe)
 	return oe
 }
 

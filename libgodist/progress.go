@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"time"
 
 	"github.com/godist/godist/libgodist/transport"
@@ -23,8 +24,60 @@ import (
 // far it got instead of naming it as a rank that never joined, and a peer
 // whose op fails because this rank left is told the root cause.
 
-// queryWait bounds how long a timed-out rank waits for answers.
+// queryWait bounds how long a rank waits for answers to a progress query:
+// the query starts that long before the op's deadline, or a tenth of the
+// op's timeout if that is less (queryShare), so that a timeout raises at
+// its deadline with the ranks at fault named.
 var queryWait = time.Second
+
+// refreshWait bounds the second query, at the deadline, of the ranks that
+// answered the first but had not reached the op yet.
+var refreshWait = 50 * time.Millisecond
+
+// queryShare is how long before the deadline of an op with timeout d the
+// query of the peers' progress starts.
+func queryShare(d time.Duration) time.Duration { return min(queryWait, d/10) }
+
+// progress is the outcome of a query of the peers' progress (missingRanks),
+// started before the deadline of the op it is for (nearDeadline); done is
+// closed once the fields are set.
+type progress struct {
+	done            chan struct{}
+	missing, silent []int
+	de              *transport.DesyncError
+}
+
+// nearDeadline starts the query of the peers' progress for t, which is
+// still running share before its deadline, so that its answers are in
+// when the deadline passes. It does not block.
+func (pg *ProcessGroup) nearDeadline(t *task) {
+	p := &progress{done: make(chan struct{})}
+	t.progress.Store(p)
+	wait := max(time.Until(t.ctx.deadline), refreshWait) // a late warning still waits a little
+	go func() {
+		defer close(p.done)
+		p.missing, p.silent, p.de = pg.missingRanks(t.w.Seq, &t.call, wait)
+	}()
+}
+
+// progressOf returns the progress of the peers for t, whose op timed out:
+// the early query's answers, refreshed for the ranks that answered but
+// had not started the op, or a query made now if none was started.
+func (pg *ProcessGroup) progressOf(t *task) (missing, silent []int, de *transport.DesyncError) {
+	if t.ctx.warned.CompareAndSwap(false, true) {
+		return pg.missingRanks(t.w.Seq, &t.call, max(queryShare(t.timeout), refreshWait))
+	}
+	var p *progress
+	for p = t.progress.Load(); p == nil; p = t.progress.Load() {
+		runtime.Gosched() // the warner stores it right after it won warned
+	}
+	<-p.done
+	if p.de != nil || len(p.missing) == len(p.silent) {
+		return p.missing, p.silent, p.de
+	}
+	// Ranks that were behind may have joined since.
+	return pg.missingRanks(t.w.Seq, &t.call, refreshWait)
+}
 
 // farewellWait bounds how long Close spends sending farewells.
 var farewellWait = 200 * time.Millisecond
@@ -151,13 +204,14 @@ func (pg *ProcessGroup) answer(peer int, id uint64) {
 
 // missingRanks asks every peer which collective it last started and returns
 // the ranks that have not reached seq, and of those the ones that did not
-// answer (nor said farewell) within queryWait; and the first peer found
+// answer (nor said farewell) within wait; and the first peer found
 // running another collective than call at seq, if any.
-func (pg *ProcessGroup) missingRanks(seq uint64, call *transport.Call) (missing, silent []int, de *transport.DesyncError) {
+func (pg *ProcessGroup) missingRanks(seq uint64, call *transport.Call, wait time.Duration) (missing, silent []int, de *transport.DesyncError) {
 	n, me := pg.cfg.Size, pg.cfg.Rank
 	id := uint64(me+1)<<40 | pg.queries.Add(1)
-	ctx, cancel := context.WithTimeout(pg.ctx, queryWait)
+	ctx, cancel := context.WithTimeout(pg.ctx, wait)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
 	var q [8]byte
 	binary.LittleEndian.PutUint64(q[:], id)
 	answers := make([][answerSize]byte, n)
@@ -180,9 +234,9 @@ func (pg *ProcessGroup) missingRanks(seq uint64, call *transport.Call) (missing,
 		// A peer that left sent its farewell first, which may still be
 		// on its way (shared memory); one that does not answer is not
 		// waited for again.
-		wait := time.Duration(0)
+		fw := time.Duration(0)
 		if errors.Is(err, transport.ErrPeerGone) {
-			wait = farewellWait
+			fw = min(farewellWait, max(0, time.Until(deadline)))
 		}
 		if err == nil {
 			at = binary.LittleEndian.Uint64(answers[p][:])
@@ -194,7 +248,7 @@ func (pg *ProcessGroup) missingRanks(seq uint64, call *transport.Call) (missing,
 					de = &transport.DesyncError{Rank: me, Peer: p, Mine: mine, Theirs: st}
 				}
 			}
-		} else if n, ok := pg.farewellOf(p, wait); ok {
+		} else if n, ok := pg.farewellOf(p, fw); ok {
 			at = n.seq
 		} else {
 			silent = append(silent, p)

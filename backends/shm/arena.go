@@ -48,8 +48,14 @@ type Arena struct {
 	// opCall is the running collective's fingerprint, from its context
 	// (desync.go); guarded by opMu.
 	opCall *transport.Call
-	opPrev uint64    // the hash of the collective before opCall; guarded by opMu
-	calls  callState // the collectives this rank runs (SetCall)
+	opPrev uint64 // the hash of the collective before opCall; guarded by opMu
+	opName string // the running collective's name; guarded by opMu
+	// poison is why a peer gave up on a collective whose words this rank
+	// published, and poisonFails whether it was this one (agree.go);
+	// guarded by opMu.
+	poison      error
+	poisonFails bool
+	calls       callState // the collectives this rank runs (SetCall)
 	// dacc and dtmp are the scratch of single-copy reductions; guarded by
 	// opMu.
 	dacc, dtmp []byte

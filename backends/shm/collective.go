@@ -86,13 +86,27 @@ func (a *Arena) begin(ctx context.Context, op string) (opCtx, error) {
 	if a.opCall != nil {
 		a.opPrev = a.calls.prevHash.Load()
 	}
-	return newOpCtx(ctx, op), nil
+	a.opName = op
+	c := newOpCtx(ctx, op)
+	c.first = a.step
+	return c, nil
 }
 
 // end finishes a collective begun with begin. A fatal error breaks the
 // arena; one caused by a lost peer also marks this rank failed so that
 // peers waiting for it fail at once, naming the lost rank.
 func (a *Arena) end(err error) error {
+	if a.poison != nil {
+		// A peer gave up on this collective (or a later one) and poisoned
+		// a word this rank published (agree.go).
+		if err == nil && a.poisonFails {
+			err = a.poison
+		}
+		if a.broken == nil {
+			a.broken = a.poison
+		}
+		a.poison, a.poisonFails = nil, false
+	}
 	if fatal(err) {
 		a.broken = err
 		var pe *transport.PeerError
@@ -121,7 +135,7 @@ func (a *Arena) pubA(s uint64, d desc) {
 	*(*uint32)(a.ptr(off + bArg)) = d.arg
 	*(*uint64)(a.ptr(off + bN)) = d.n
 	a.putStamp(off)
-	a.u64(off + bSeq).Store(s)
+	a.publish(off+bSeq, s)
 	if a.sleepers(a.rank, sleepBlk0+int(s&1)).Load() != 0 {
 		futexWake(a.low(off + bSeq))
 	}
@@ -130,7 +144,7 @@ func (a *Arena) pubA(s uint64, d desc) {
 // pub stores v into this rank's counter at field (ctlD or ctlR).
 func (a *Arena) pub(field, sleepIdx int, v uint64) {
 	off := a.ctl(a.rank) + field
-	a.u64(off).Store(v)
+	a.publish(off, v)
 	if a.sleepers(a.rank, sleepIdx).Load() != 0 {
 		futexWake(a.low(off))
 	}

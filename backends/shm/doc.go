@@ -83,8 +83,9 @@
 // steps that depends only on arguments all ranks share, so step s means the
 // same thing everywhere. Step s uses the step block and slot half of
 // parity s%2. A rank publishes step s by writing its payload (inline, or in
-// its slot half), its operation descriptor, and then storing seq = s with
-// release semantics; readers load seq with acquire semantics. Before
+// its slot half), its operation descriptor, and then swapping seq to s
+// (compare-and-swap, so that a peer that gave up on the step can poison
+// the word first: agree.go); readers load seq with acquire semantics. Before
 // writing the block or slot half of step s, a rank waits until every peer's
 // D >= s-2 (they have consumed the previous use), so a fast rank runs at
 // most one step ahead and no second barrier is needed. Descriptors let
@@ -164,5 +165,7 @@
 // zombies, else kill(pid, 0); only for peers in this pid namespace). A
 // rank that fails because a peer is gone marks itself failed with that
 // peer as the cause, so the ranks waiting for it fail at once and name
-// the same peer.
+// the same peer. A rank that gives up on a word of its running collective
+// poisons it first (agree.go), so that no rank completes the collective
+// it abandoned.
 package shm

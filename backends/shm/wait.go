@@ -39,9 +39,10 @@ import (
 // select on its Done channel, which some contexts make only when asked
 // for (libgodist's per-op context).
 type opCtx struct {
-	ctx context.Context
-	op  string
-	dl  time.Time
+	ctx   context.Context
+	op    string
+	dl    time.Time
+	first uint64 // a collective's first step (agree.go); 0 for others
 }
 
 func newOpCtx(ctx context.Context, op string) opCtx {
@@ -55,14 +56,30 @@ func newOpCtx(ctx context.Context, op string) opCtx {
 // slot in q's sleeper counts.
 func (a *Arena) await(c *opCtx, q, off, sleepIdx int, target uint64) (uint64, error) {
 	w := a.u64(off)
-	if v := w.Load(); v >= target {
+	if v := w.Load(); v >= target && v < poisonBit {
 		return v, nil
 	}
+	if c.first != 0 && a.poisonFails {
+		// A peer gave up on this collective (agree.go): so does this rank.
+		return a.giveUp(c, w, off, target, a.poison)
+	}
+	// A poisoned word is never published: wait on as for a rank that is
+	// late (and give up in turn). But a step block poisoned by a rank
+	// that waited for the next step of its parity still holds the step
+	// before, which is target (readers are never further behind: waitFree).
 	var v uint64
-	err := a.waitLoop(func() bool { v = w.Load(); return v >= target },
-		a.low(off), a.sleepers(q, sleepIdx), c.dl,
+	err := a.waitLoop(func() bool {
+		v = w.Load()
+		return v >= target && (v < poisonBit || sleepIdx <= sleepBlk0+1 && v&poisonStepMask == target+2)
+	}, a.low(off), a.sleepers(q, sleepIdx), c.dl,
 		func(now time.Time, live bool) error { return a.checkWait(c, q, now, live) })
-	return v, err
+	if err != nil {
+		return a.giveUp(c, w, off, target, err)
+	}
+	if v >= poisonBit {
+		v = target
+	}
+	return v, nil
 }
 
 // checkWait is the periodic check of a collective or send waiting for q.

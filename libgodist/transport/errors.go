@@ -19,6 +19,10 @@ var (
 	ErrSizeMismatch = errors.New("message size mismatch")
 	// ErrTimeout is wrapped when a deadline passes.
 	ErrTimeout = errors.New("timed out")
+	// ErrAbandoned is wrapped by errors of collectives that a peer gave up
+	// on (it timed out or failed) before this rank completed them: every
+	// rank fails such a collective, none returns its result.
+	ErrAbandoned = errors.New("a peer gave up on this collective")
 )
 
 // PeerError records a failure of one operation with one peer.

@@ -342,6 +342,9 @@ def test_sigstop_others_time_out_naming_it(job_of, transport):
             assert v in e["missing_ranks"], f"{what}: rank {r}: {e}"
             assert f"rank(s) [{v}] did not answer" in e["msg"], f"{what}: rank {r}: {e['msg']}"
             assert e["elapsed"] < TIMEOUT_S + BOUND_S, f"{what}: rank {r} took {e['elapsed']:.1f}s to fail"
+            # At the deadline: the query of the stopped rank ran inside the
+            # timeout, not a second after it.
+            assert e["elapsed"] < TIMEOUT_S + 0.5, f"{what}: rank {r} raised {e['elapsed']:.2f}s into a {TIMEOUT_S}s timeout"
         else:
             # Resumed, it fails at once: its peers broke the group.
             assert e["at"] - cont < BOUND_S, f"{what}: rank {v} failed {e['at'] - cont:.1f}s after SIGCONT: {e}"
