@@ -69,6 +69,9 @@ SETTINGS = {
                        "(OMPI_COMM_WORLD_* for Open MPI, PMI_* or MPI_LOCALNRANKS for MPICH), else the first shim "
                        "installed"),
     "GODIST_MPI_SHIM": ("", "the path of the MPI shim to load instead of the package's libgodist_mpi_<impl>.so"),
+    "GODIST_MPI_LIBRARY": ("", "the path of the MPI library to load before the shim; empty: the implementation's "
+                               "soname (libmpi.so.40 for Open MPI; libmpich.so.12, else libmpi.so.12 for MPICH) on "
+                               "the loader's search path"),
     "GODIST_MPI_STORE_ADDR": ("", "init_method=\"mpi://\": the address the other ranks reach rank 0's store at; "
                                   "empty: MASTER_ADDR, else 127.0.0.1 when every rank is on this host, else this "
                                   "host's name resolved"),
