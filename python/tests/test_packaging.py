@@ -224,6 +224,19 @@ print(json.dumps({"result": t.tolist(), "backend": backend, "loaded": libs}))
 """
 
 
+# One rank under mpirun: the installed wheel's shim, after the MPI library
+# the loader opens itself.
+MPI_RANK = r"""
+import json, os
+from godist import _mpi
+info = _mpi.open_mpi()
+_mpi.mpi_finalize()
+os.write(1, ("MPIRANK " + json.dumps({k: info[k] for k in ("rank", "size", "impl", "shim", "library")}) + "\n").encode())
+"""
+MPIRUNS = {"openmpi": (["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"], "libmpi.so.40"),
+           "mpich": (["mpirun.mpich"], "libmpich.so.12")}
+
+
 def _env_without_go(venv: Path) -> dict:
     """The environment a user without Go has: the venv's bin first, no
     directory with a ``go`` on PATH, nothing of this checkout importable."""
@@ -304,3 +317,15 @@ def test_wheel_runs_in_a_fresh_venv_without_go(wheel):
             # sum over ranks r of arange(4) + 10 r
             assert got["result"] == [10.0, 12.0, 14.0, 16.0], got
             assert got["loaded"] and all(_inside(lib, venv) for lib in got["loaded"]), got
+
+        # The wheel's MPI shims work under their mpirun: each links no MPI
+        # library, and the loader opens the machine's before it.
+        (work / "mpi_rank.py").write_text(MPI_RANK)
+        for impl, (mpirun, soname) in MPIRUNS.items():
+            shim = Path(probe["library"]).parent / "mpi" / f"libgodist_mpi_{impl}.so"
+            if not shutil.which(mpirun[0], path=env["PATH"]) or not shim.exists():
+                continue
+            p = _run([*mpirun, "-np", "2", py, str(work / "mpi_rank.py")], env, work, timeout=240)
+            ranks = sorted((r["rank"], r["size"], r["impl"], os.path.realpath(r["shim"]), r["library"])
+                           for r in map(json.loads, re.findall(r"MPIRANK (\{.*?\})", p.stdout)))
+            assert ranks == [(r, 2, impl, os.path.realpath(shim), soname) for r in range(2)], p.stdout + p.stderr
