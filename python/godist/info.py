@@ -28,8 +28,9 @@ import time
 SCHEMA = 1
 NATIVE_TIMEOUT_S = 30
 GPUINFO_TIMEOUT_S = 10
-MPI_NOTE = ("godist loads its shim for this MPI (godist/mpi/) when a process started by mpirun initialises with "
-            "init_method=\"mpi://\" or makes a group with GODIST_TRANSPORT=mpi")
+MPI_NOTE = ("godist loads this MPI's library (libmpi.so.40, libmpich.so.12 or libmpi.so.12 from the loader's search "
+            "path, or GODIST_MPI_LIBRARY), then its shim for this MPI (godist/mpi/), when a process started by mpirun "
+            "initialises with init_method=\"mpi://\" or makes a group with GODIST_TRANSPORT=mpi")
 USED_FOR_CUDA = ("godist's NCCL path loads {} when a group first gets CUDA tensors (the copy torch has loaded, "
                  "else this one): gpus.nccl_path says what it found")
 
