@@ -45,9 +45,15 @@ lib: deps
 
 # The MPI shims (backends/mpi/shim), one per MPI implementation whose mpicc
 # is installed; libgodist.so loads the one matching the launcher at run
-# time and never links MPI itself.
+# time and never links MPI itself. A shim is compiled with its mpicc's
+# compile flags only (include directories, macros) and links no MPI
+# library: its MPI symbols stay undefined (no DT_NEEDED entry, so a wheel
+# with the shims stays manylinux) and resolve against the MPI library that
+# the loader (backends/mpi/lib.go) opens RTLD_GLOBAL before the shim.
+# setup.py builds them the same way.
 MPI_SHIM_SRC := backends/mpi/shim/godist_mpi.c backends/mpi/shim/godist_mpi.h
 MPI_SHIM_CFLAGS := -shared -fPIC -O2
+mpi_compile_flags = $(filter -I% -D% -pthread,$(shell $(1) 2>/dev/null))
 MPI_SHIMS := $(if $(shell command -v mpicc.openmpi 2>/dev/null),python/godist/mpi/libgodist_mpi_openmpi.so) \
 	$(if $(shell command -v mpicc.mpich 2>/dev/null),python/godist/mpi/libgodist_mpi_mpich.so)
 
@@ -58,11 +64,11 @@ mpi-shims: $(MPI_SHIMS)
 
 python/godist/mpi/libgodist_mpi_openmpi.so: $(MPI_SHIM_SRC)
 	@mkdir -p $(@D)
-	mpicc.openmpi $(MPI_SHIM_CFLAGS) -o $@ backends/mpi/shim/godist_mpi.c
+	$(CC) $(call mpi_compile_flags,mpicc.openmpi -showme:compile) $(MPI_SHIM_CFLAGS) -o $@ backends/mpi/shim/godist_mpi.c
 
 python/godist/mpi/libgodist_mpi_mpich.so: $(MPI_SHIM_SRC)
 	@mkdir -p $(@D)
-	mpicc.mpich $(MPI_SHIM_CFLAGS) -o $@ backends/mpi/shim/godist_mpi.c
+	$(CC) $(call mpi_compile_flags,mpicc.mpich -compile_info) $(MPI_SHIM_CFLAGS) -o $@ backends/mpi/shim/godist_mpi.c
 
 install: $(STAMP) deps
 	$(PY) -m pip install --no-build-isolation --no-deps -e .

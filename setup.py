@@ -11,12 +11,13 @@ versions the built library and program need allow (docs/install.md).
 
 On Linux a wheel (``pip wheel .``, ``pip install .``; not an editable
 install, which uses the system's C compiler) is built for glibc 2.28, the
-glibc of torch's own wheels: cgo's and mpicc's C compiler is ``zig cc``
+glibc of torch's own wheels: cgo's and the MPI shims' C compiler is ``zig cc``
 targeting it (tools/zigcc.py, with ``ziglang`` from PyPI, a build
 requirement). GODIST_WHEEL_GLIBC chooses another version, or ``native`` for
 the system's compiler and glibc.
 """
 
+import glob
 import importlib.util
 import os
 import platform
@@ -58,9 +59,9 @@ def find_go() -> str:
     return go
 
 
-# The native files the package ships, relative to its directory (the MPI
-# shims aside: they NEED an MPI library the user installs, are optional, and
-# do not decide the wheel's platform tag).
+# The native files the package always ships, relative to its directory;
+# the MPI shims (mpi/*.so) are built where an mpicc is installed, and decide
+# the wheel's platform tag with them when present.
 GPUINFO = os.path.join("bin", "godist-gpuinfo")
 NATIVE = ["libgodist.so", GPUINFO]
 
@@ -125,28 +126,40 @@ def build_library(dest_dir: str, cc: str | None = None) -> None:
 
 
 # The MPI shims (backends/mpi/shim): one per MPI implementation whose mpicc
-# is installed, each linked against its own MPI and loaded by libgodist.so
-# only when MPI is used. A build where no mpicc exists ships none.
-MPI_SHIMS = {"openmpi": "mpicc.openmpi", "mpich": "mpicc.mpich"}
+# is installed, loaded by libgodist.so only when MPI is used. A build where
+# no mpicc exists ships none. Each is compiled with its mpicc's compile flags
+# only (include directories, macros: the command that prints them, then the
+# flags kept) and links no MPI library: no DT_NEEDED entry for one, so a
+# wheel with the shims stays manylinux; their MPI symbols resolve against
+# the implementation's library that the loader (backends/mpi/lib.go) opens
+# RTLD_GLOBAL first. The Makefile's mpi-shims builds them the same way.
+MPI_SHIMS = {"openmpi": ("mpicc.openmpi", "-showme:compile"), "mpich": ("mpicc.mpich", "-compile_info")}
+
+
+def mpi_compile_flags(mpicc: str, query: str) -> list[str]:
+    """The include directories and macros mpicc compiles with (what
+    ``mpicc <query>`` prints, without its compiler and link flags)."""
+    out = subprocess.run([mpicc, query], capture_output=True, text=True, check=True).stdout
+    return [f for f in shlex.split(out) if f.startswith(("-I", "-D")) or f == "-pthread"]
 
 
 def build_mpi_shims(dest_dir: str, cc_env: dict | None = None) -> list[str]:
-    """Builds the shims whose mpicc is installed into dest_dir/mpi; with
-    cc_env (CC set), each mpicc runs that C compiler (OMPI_CC, MPICH_CC)."""
-    env = None
-    if cc_env:
-        env = dict(cc_env, OMPI_CC=cc_env["CC"], MPICH_CC=cc_env["CC"])
+    """Builds the shims whose mpicc is installed into dest_dir/mpi, with the
+    C compiler command cc_env["CC"] (zig cc for a wheel; its environment
+    cc_env), else $CC, else cc."""
+    cc = shlex.split(cc_env["CC"] if cc_env else os.environ.get("CC") or "cc")
     out_dir = os.path.join(dest_dir, "mpi")
     src = os.path.join(ROOT, "backends", "mpi", "shim", "godist_mpi.c")
     built = []
-    for impl, cc in MPI_SHIMS.items():
-        path = shutil.which(cc)
+    for impl, (mpicc, query) in MPI_SHIMS.items():
+        path = shutil.which(mpicc)
         if not path:
-            print(f"godist: skipped the {impl} MPI shim: {cc} not found")
+            print(f"godist: skipped the {impl} MPI shim: {mpicc} not found")
             continue
         os.makedirs(out_dir, exist_ok=True)
         out = os.path.join(out_dir, f"libgodist_mpi_{impl}.so")
-        subprocess.check_call([path, "-shared", "-fPIC", "-O2", "-o", out, src], cwd=ROOT, env=env)
+        subprocess.check_call([*cc, *mpi_compile_flags(path, query), "-shared", "-fPIC", "-O2", "-o", out, src],
+                              cwd=ROOT, env=cc_env)
         built.append(out)
     return built
 
@@ -231,8 +244,9 @@ class BdistWheel(bdist_wheel):
     def get_tag(self):
         _, _, plat = super().get_tag()
         if not self.plat_name_supplied:
-            build_lib = self.get_finalized_command("build_py").build_lib
-            plat = manylinux_platform([os.path.join(build_lib, "godist", f) for f in NATIVE], plat, _target_glibc)
+            pkg = os.path.join(self.get_finalized_command("build_py").build_lib, "godist")
+            shims = sorted(glob.glob(os.path.join(pkg, "mpi", "*.so")))
+            plat = manylinux_platform([os.path.join(pkg, f) for f in NATIVE] + shims, plat, _target_glibc)
         return "py3", "none", plat
 
 

@@ -36,6 +36,7 @@ var (
 type mpiInfo struct {
 	Impl                string `json:"impl"`
 	Shim                string `json:"shim"`
+	Library             string `json:"library"`
 	Version             string `json:"version"`
 	Provided            int    `json:"provided"`
 	ProvidedName        string `json:"provided_name"`
@@ -47,10 +48,12 @@ type mpiInfo struct {
 }
 
 // godist_mpi_open loads the MPI shim (from dir, the package's mpi
-// directory, unless GODIST_MPI_SHIM names one) and initialises MPI once per
-// process, then writes JSON describing it: impl, shim, version, provided,
-// provided_name, initialized_by_godist, rank, size, tag_ub,
-// processor_name. A process without MPI gets statusUnsupported.
+// directory, unless GODIST_MPI_SHIM names one) after the MPI library it
+// needs (GODIST_MPI_LIBRARY, else the implementation's soname) and
+// initialises MPI once per process, then writes JSON describing it: impl,
+// shim, library, version, provided, provided_name, initialized_by_godist,
+// rank, size, tag_ub, processor_name. A process without MPI gets
+// statusUnsupported.
 //
 //export godist_mpi_open
 func godist_mpi_open(dir *C.char, buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
@@ -62,7 +65,7 @@ func godist_mpi_open(dir *C.char, buf unsafe.Pointer, capacity C.int64_t, outlen
 	mpiMu.Lock()
 	mpiLib = lib
 	mpiMu.Unlock()
-	return putJSON(mpiInfo{Impl: lib.Impl, Shim: lib.Shim, Version: lib.Version, Provided: lib.Provided,
+	return putJSON(mpiInfo{Impl: lib.Impl, Shim: lib.Shim, Library: lib.Library, Version: lib.Version, Provided: lib.Provided,
 		ProvidedName: lib.ProvidedName, InitializedByGodist: lib.InitializedByGodist, Rank: lib.WorldRank,
 		Size: lib.WorldSize, TagUB: lib.TagUB, ProcessorName: lib.ProcessorName}, "mpi info", buf, capacity, outlen,
 		errbuf, errlen)

@@ -1,4 +1,4 @@
-"""A C compiler for cgo and mpicc that targets an old glibc: ``zig cc`` (from
+"""A C compiler for cgo and the MPI shims that targets an old glibc: ``zig cc`` (from
 the ``ziglang`` package on PyPI) with ``-target <arch>-linux-gnu.<glibc>``.
 
 Used as ``CC="python tools/zigcc.py"`` by setup.py for the release wheel

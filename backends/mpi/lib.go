@@ -1,9 +1,13 @@
 // Package mpi reaches MPI through godist's MPI shims (shim/godist_mpi.h):
 // one small library per MPI implementation (libgodist_mpi_openmpi.so,
-// libgodist_mpi_mpich.so), each linked against its own MPI. Open picks the
-// one matching the launcher, dlopens it RTLD_GLOBAL (loader.c) and
-// initialises MPI on a goroutine locked to its OS thread for the life of
-// the process, so libgodist.so itself never links MPI and loads where none
+// libgodist_mpi_mpich.so), each compiled against its own MPI's header but
+// linked against no MPI library (no DT_NEEDED entry for it: a wheel can
+// ship the shims and stay manylinux). Open picks the shim matching the
+// launcher, dlopens that implementation's MPI library (MPILibraries, or
+// GODIST_MPI_LIBRARY) and then the shim, both RTLD_GLOBAL (loader.c), so
+// the shim's MPI symbols resolve against the library when it loads; then
+// it initialises MPI on a goroutine locked to its OS thread for the life
+// of the process. libgodist.so itself never links MPI and loads where none
 // is installed.
 //
 // Threads: Open asks for MPI_THREAD_MULTIPLE. When MPI provides less
@@ -35,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +66,20 @@ var Impls = []string{"openmpi", "mpich"}
 
 // ShimName is the file name of impl's shim.
 func ShimName(impl string) string { return "libgodist_mpi_" + impl + ".so" }
+
+// MPILibraries are the sonames of each implementation's MPI library, in
+// the order Open tries them through the dynamic loader's search path
+// (LD_LIBRARY_PATH, the ldconfig cache, the default directories): Open
+// MPI's libmpi.so.40 (4.x and 5.x); MPICH's libmpich.so.12 (3.x and 4.x),
+// or libmpi.so.12, the name some MPICH builds (and derivatives) give it.
+var MPILibraries = map[string][]string{
+	"openmpi": {"libmpi.so.40"},
+	"mpich":   {"libmpich.so.12", "libmpi.so.12"},
+}
+
+// EnvLibrary names the MPI library to open instead of MPILibraries' (a
+// path, for an install the dynamic loader does not search).
+const EnvLibrary = "GODIST_MPI_LIBRARY"
 
 // Environment variables the launchers set (reference: docs of Open MPI,
 // MPICH Hydra's pmip_cb.c).
@@ -92,6 +111,7 @@ func (e *Error) Error() string { return fmt.Sprintf("%s: MPI error %d (%s)", e.C
 type Lib struct {
 	Impl                string // "openmpi" or "mpich": what the shim was built against
 	Shim                string // the shim's path
+	Library             string // the MPI library Open loaded before the shim (a soname or GODIST_MPI_LIBRARY)
 	Version             string // the first line of MPI_Get_library_version
 	Provided            int    // the thread level: 0 SINGLE .. 3 MULTIPLE
 	ProvidedName        string // "MPI_THREAD_MULTIPLE" ...
@@ -130,8 +150,11 @@ var (
 // mpich); dir's shim of the implementation whose launcher started the
 // process (OMPI_COMM_WORLD_* for Open MPI; PMI_* or MPI_LOCALNRANKS for
 // MPICH's Hydra); without a launcher, the first of dir's shims present in
-// the order of Impls. If MPI is already initialised (mpi4py, torch's mpi
-// backend), Open uses it and never finalises it.
+// the order of Impls. Before the shim, Open loads the MPI library of the
+// shim's implementation: the path in GODIST_MPI_LIBRARY, else the first of
+// MPILibraries[impl] the dynamic loader finds (one already in the process,
+// say mpi4py's, is used as it is). If MPI is already initialised (mpi4py,
+// torch's mpi backend), Open uses it and never finalises it.
 func Open(dir string) (*Lib, error) {
 	openOnce.Do(func() {
 		opened, openErr = open(dir)
@@ -149,44 +172,108 @@ var current atomic.Pointer[Lib]
 // in this process.
 func Current() *Lib { return current.Load() }
 
-// chooseShim returns the shim's path and how it was chosen.
-func chooseShim(dir string) (string, error) {
-	if p := os.Getenv("GODIST_MPI_SHIM"); p != "" {
-		return p, nil
-	}
-	if impl := os.Getenv("GODIST_MPI"); impl != "" {
-		for _, i := range Impls {
-			if impl == i {
-				return filepath.Join(dir, ShimName(i)), nil
-			}
-		}
-		return "", fmt.Errorf("%w: GODIST_MPI=%q is none of %s", ErrUnavailable, impl, strings.Join(Impls, ", "))
-	}
+// launcherImpl is the implementation whose launcher's variables are set,
+// or "".
+func launcherImpl() string {
 	for _, v := range openMPIVars {
 		if _, ok := os.LookupEnv(v); ok {
-			return filepath.Join(dir, ShimName("openmpi")), nil
+			return "openmpi"
 		}
 	}
 	for _, v := range mpichVars {
 		if _, ok := os.LookupEnv(v); ok {
-			return filepath.Join(dir, ShimName("mpich")), nil
+			return "mpich"
 		}
+	}
+	return ""
+}
+
+// chooseShim returns the shim's path and its implementation. For a
+// GODIST_MPI_SHIM path the implementation is GODIST_MPI's, else the one
+// its file name names (libgodist_mpi_<impl>.so), else the launcher's, else
+// "" (unknown: no MPI library is loaded for it unless GODIST_MPI_LIBRARY
+// names one).
+func chooseShim(dir string) (path, impl string, err error) {
+	env := os.Getenv("GODIST_MPI")
+	if p := os.Getenv("GODIST_MPI_SHIM"); p != "" {
+		if slices.Contains(Impls, env) {
+			impl = env
+		}
+		for _, i := range Impls {
+			if impl == "" && filepath.Base(p) == ShimName(i) {
+				impl = i
+			}
+		}
+		if impl == "" {
+			impl = launcherImpl()
+		}
+		return p, impl, nil
+	}
+	if env != "" {
+		if !slices.Contains(Impls, env) {
+			return "", "", fmt.Errorf("%w: GODIST_MPI=%q is none of %s", ErrUnavailable, env, strings.Join(Impls, ", "))
+		}
+		return filepath.Join(dir, ShimName(env)), env, nil
+	}
+	if i := launcherImpl(); i != "" {
+		return filepath.Join(dir, ShimName(i)), i, nil
 	}
 	var tried []string
 	for _, i := range Impls {
 		p := filepath.Join(dir, ShimName(i))
 		if _, err := os.Stat(p); err == nil {
-			return p, nil
+			return p, i, nil
 		}
 		tried = append(tried, p)
 	}
-	return "", fmt.Errorf("%w: no MPI shim: GODIST_MPI_SHIM and GODIST_MPI are unset, no launcher variable is set (%s), "+
+	return "", "", fmt.Errorf("%w: no MPI shim: GODIST_MPI_SHIM and GODIST_MPI are unset, no launcher variable is set (%s), "+
 		"and none of %s exists", ErrUnavailable, strings.Join(append(append([]string{}, openMPIVars...), mpichVars...), ", "),
 		strings.Join(tried, ", "))
 }
 
+// mpiLibraries are the names openMPILibrary tries for impl, and whether
+// they come from GODIST_MPI_LIBRARY.
+func mpiLibraries(impl string) ([]string, bool) {
+	if p := os.Getenv(EnvLibrary); p != "" {
+		return []string{p}, true
+	}
+	return MPILibraries[impl], false
+}
+
+// openMPILibrary loads impl's MPI library into the global scope (loader.c's
+// gml_open_mpi) and returns the name it loaded: "" when there is none to
+// try (impl unknown and GODIST_MPI_LIBRARY unset: the shim must then find
+// MPI itself).
+func openMPILibrary(impl string) (string, error) {
+	names, override := mpiLibraries(impl)
+	var errs []string
+	for _, n := range names {
+		cs := C.CString(n)
+		var msg [1024]C.char
+		rc := C.gml_open_mpi(cs, &msg[0], C.int(len(msg)))
+		C.free(unsafe.Pointer(cs))
+		if rc == 0 {
+			return n, nil
+		}
+		errs = append(errs, C.GoString(&msg[0]))
+	}
+	if len(names) == 0 {
+		return "", nil
+	}
+	if override {
+		return "", fmt.Errorf("%w: cannot load the MPI library %s=%s: %s", ErrUnavailable, EnvLibrary, names[0], errs[0])
+	}
+	return "", fmt.Errorf("%w: cannot load the %s library the MPI shim needs: tried %s (%s); install %s's runtime "+
+		"library where the dynamic loader finds it (LD_LIBRARY_PATH, ldconfig) or set %s to its path",
+		ErrUnavailable, impl, strings.Join(names, ", "), strings.Join(errs, "; "), impl, EnvLibrary)
+}
+
 func open(dir string) (*Lib, error) {
-	path, err := chooseShim(dir)
+	path, impl, err := chooseShim(dir)
+	if err != nil {
+		return nil, err
+	}
+	library, err := openMPILibrary(impl)
 	if err != nil {
 		return nil, err
 	}
@@ -194,13 +281,18 @@ func open(dir string) (*Lib, error) {
 	defer C.free(unsafe.Pointer(cs))
 	var msg [1024]C.char
 	if C.gml_load(cs, &msg[0], C.int(len(msg))) != 0 {
-		return nil, fmt.Errorf("%w: cannot load the MPI shim %s: %s", ErrUnavailable, path, C.GoString(&msg[0]))
+		hint := ""
+		if library == "" {
+			hint = fmt.Sprintf(" (no MPI library was loaded before it: its implementation is unknown; set GODIST_MPI "+
+				"or %s)", EnvLibrary)
+		}
+		return nil, fmt.Errorf("%w: cannot load the MPI shim %s: %s%s", ErrUnavailable, path, C.GoString(&msg[0]), hint)
 	}
 	if v := int(C.gml_abi_version()); v != ABIVersion {
 		return nil, fmt.Errorf("%w: the MPI shim %s has ABI version %d, godist needs %d", ErrUnavailable, path, v,
 			ABIVersion)
 	}
-	l := &Lib{Impl: C.GoString(C.gml_impl()), Shim: path, calls: make(chan func()), comms: map[Comm]commInfo{}}
+	l := &Lib{Impl: C.GoString(C.gml_impl()), Shim: path, Library: library, calls: make(chan func()), comms: map[Comm]commInfo{}}
 	initErr := make(chan error)
 	go l.mpiThread(initErr)
 	if err := <-initErr; err != nil {

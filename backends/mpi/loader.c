@@ -47,6 +47,17 @@ static struct {
 		}                                                                   \
 	} while (0)
 
+int gml_open_mpi(const char *name, char *err, int errlen) {
+	// A library already in the process (mpi4py loaded it, or the program
+	// links it) is returned, and made global if it was loaded RTLD_LOCAL.
+	if (dlopen(name, RTLD_NOW | RTLD_GLOBAL) == NULL) {
+		const char *e = dlerror();
+		snprintf(err, (size_t)errlen, "%s", e ? e : "dlopen failed");
+		return 1;
+	}
+	return 0;
+}
+
 int gml_load(const char *path, char *err, int errlen) {
 	if (G.loaded) {
 		return 0;

@@ -9,6 +9,13 @@
 
 #define GML_NOT_LOADED 100003
 
+// gml_open_mpi dlopens the MPI implementation's library name (a soname
+// the dynamic loader searches for, or a path) RTLD_NOW | RTLD_GLOBAL, so
+// that the shim, which links no MPI library, finds MPI's symbols in the
+// global scope when gml_load opens it. The library stays loaded. 0 on
+// success; otherwise err holds dlerror's text.
+int gml_open_mpi(const char *name, char *err, int errlen);
+
 // gml_load dlopens path (RTLD_NOW | RTLD_GLOBAL: Open MPI's components
 // need libmpi's symbols in the global scope) and resolves every gm_
 // function. 0 on success; otherwise err holds dlerror's text or the

@@ -55,42 +55,6 @@ func TestOpenUnavailable(t *testing.T) {
 	}
 }
 
-func TestChooseShim(t *testing.T) {
-	clear := func() {
-		for _, v := range append(append([]string{"GODIST_MPI_SHIM", "GODIST_MPI"}, openMPIVars...), mpichVars...) {
-			t.Setenv(v, "")
-			os.Unsetenv(v)
-		}
-	}
-	clear()
-	t.Setenv("PMI_ID", "0")
-	if p, err := chooseShim("/d"); err != nil || p != "/d/"+ShimName("mpich") {
-		t.Errorf("PMI_ID: %q %v", p, err)
-	}
-	t.Setenv("OMPI_COMM_WORLD_RANK", "0")
-	if p, err := chooseShim("/d"); err != nil || p != "/d/"+ShimName("openmpi") {
-		t.Errorf("OMPI_COMM_WORLD_RANK: %q %v", p, err)
-	}
-	t.Setenv("GODIST_MPI", "mpich")
-	if p, err := chooseShim("/d"); err != nil || p != "/d/"+ShimName("mpich") {
-		t.Errorf("GODIST_MPI: %q %v", p, err)
-	}
-	t.Setenv("GODIST_MPI", "lam")
-	if _, err := chooseShim("/d"); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "lam") {
-		t.Errorf("GODIST_MPI=lam: %v", err)
-	}
-	t.Setenv("GODIST_MPI_SHIM", "/x/y.so")
-	if p, err := chooseShim("/d"); err != nil || p != "/x/y.so" {
-		t.Errorf("GODIST_MPI_SHIM: %q %v", p, err)
-	}
-	clear()
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, ShimName("mpich")), nil, 0o644)
-	if p, err := chooseShim(dir); err != nil || p != filepath.Join(dir, ShimName("mpich")) {
-		t.Errorf("singleton: %q %v", p, err)
-	}
-}
-
 type launcher struct {
 	impl, mpicc, mpirun string
 	args                []string
@@ -121,11 +85,7 @@ func TestLaunch(t *testing.T) {
 	}
 	dir := t.TempDir()
 	for _, l := range found {
-		out, err := exec.Command(l.mpicc, "-shared", "-fPIC", "-O2", "-o", filepath.Join(dir, ShimName(l.impl)),
-			filepath.Join("shim", "godist_mpi.c")).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", l.mpicc, err, out)
-		}
+		buildShim(t, l.mpicc, filepath.Join(dir, ShimName(l.impl)))
 	}
 	// The test binary: this one, already built (the same code `go test -c`
 	// would build).

@@ -114,8 +114,8 @@ def open_mpi() -> dict:
 
 
 def mpi_info() -> dict | None:
-    """What godist's MPI initialisation reported (implementation, shim,
-    library version, thread level, whether godist initialised MPI, rank,
+    """What godist's MPI initialisation reported (implementation, shim, the
+    MPI library loaded before it, library version, thread level, whether godist initialised MPI, rank,
     size, tag upper bound, processor name), or None before
     ``init_process_group(init_method="mpi://")`` opened MPI."""
     with _lock:

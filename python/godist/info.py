@@ -28,8 +28,9 @@ import time
 SCHEMA = 1
 NATIVE_TIMEOUT_S = 30
 GPUINFO_TIMEOUT_S = 10
-MPI_NOTE = ("godist loads its shim for this MPI (godist/mpi/) when a process started by mpirun initialises with "
-            "init_method=\"mpi://\" or makes a group with GODIST_TRANSPORT=mpi")
+MPI_NOTE = ("godist loads this MPI's library (libmpi.so.40, libmpich.so.12 or libmpi.so.12 from the loader's search "
+            "path, or GODIST_MPI_LIBRARY), then its shim for this MPI (godist/mpi/), when a process started by mpirun "
+            "initialises with init_method=\"mpi://\" or makes a group with GODIST_TRANSPORT=mpi")
 USED_FOR_CUDA = ("godist's NCCL path loads {} when a group first gets CUDA tensors (the copy torch has loaded, "
                  "else this one): gpus.nccl_path says what it found")
 
@@ -69,6 +70,9 @@ SETTINGS = {
                        "(OMPI_COMM_WORLD_* for Open MPI, PMI_* or MPI_LOCALNRANKS for MPICH), else the first shim "
                        "installed"),
     "GODIST_MPI_SHIM": ("", "the path of the MPI shim to load instead of the package's libgodist_mpi_<impl>.so"),
+    "GODIST_MPI_LIBRARY": ("", "the path of the MPI library to load before the shim; empty: the implementation's "
+                               "soname (libmpi.so.40 for Open MPI; libmpich.so.12, else libmpi.so.12 for MPICH) on "
+                               "the loader's search path"),
     "GODIST_MPI_STORE_ADDR": ("", "init_method=\"mpi://\": the address the other ranks reach rank 0's store at; "
                                   "empty: MASTER_ADDR, else 127.0.0.1 when every rank is on this host, else this "
                                   "host's name resolved"),

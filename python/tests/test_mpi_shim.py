@@ -1,6 +1,8 @@
 """The MPI shims (backends/mpi/shim): libgodist.so links no MPI, godist works
-where no shim or MPI exists, each built shim links its own MPI, and the
-bootstrap calls (godist_mpi_open/bcast/finalize) work under mpirun."""
+where no shim or MPI exists, each built shim links no MPI library either
+(its MPI functions stay undefined until the loader has opened the
+implementation's library), and the bootstrap calls
+(godist_mpi_open/bcast/finalize) work under mpirun."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -68,20 +71,51 @@ def test_godist_works_without_a_shim(tmp_path):
     assert p.returncode == 0, p.stderr
     msg = json.loads(p.stdout.strip().splitlines()[-1])
     assert "GODIST_MPI_SHIM" in msg and "OMPI_COMM_WORLD_SIZE" in msg and "libgodist_mpi_openmpi.so" in msg, msg
+    # The MPI library the loader opens before the shim: GODIST_MPI_LIBRARY
+    # names a file that is not there.
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=100,
+                       env=_clean_env(GODIST_MPI="openmpi", GODIST_MPI_LIBRARY=missing))
+    assert p.returncode == 0, p.stderr
+    msg = json.loads(p.stdout.strip().splitlines()[-1])
+    assert "MPI is unavailable" in msg and f"GODIST_MPI_LIBRARY={missing}" in msg, msg
+
+
+def _undefined_symbols(path: str) -> set[str]:
+    """The undefined symbols of a 64-bit ELF file's dynamic symbol table."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b"\x7fELF" and data[4] == 2, "not a 64-bit ELF file"
+    end = "<" if data[5] == 1 else ">"
+    shoff, shentsize, shnum = struct.unpack_from(end + "Q10xHH", data, 0x28)
+    sections = [struct.unpack_from(end + "IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = set()
+    for _, kind, _, _, off, size, link, _, _, entsize in sections:
+        if kind == 11:  # SHT_DYNSYM; its strings are in section link
+            strtab = sections[link][4]
+            for i in range(1, size // entsize):
+                name, _, _, shndx = struct.unpack_from(end + "IBBH", data, off + i * entsize)
+                if shndx == 0:  # SHN_UNDEF
+                    start = strtab + name
+                    names.add(data[start:data.index(b"\0", start)].decode())
+    return names
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("impl", sorted(SHIMS))
 def test_shim_needs_its_own_mpi(impl):
+    """A shim names no MPI library in NEEDED (a wheel carrying it stays
+    manylinux): its MPI functions are undefined, and resolve against the
+    implementation's library that the loader opens RTLD_GLOBAL first."""
     mpicc, _, soname = SHIMS[impl]
     path = os.path.join(MPI_DIR, f"libgodist_mpi_{impl}.so")
     if not shutil.which(mpicc):
         pytest.skip(f"{mpicc} not found: the {impl} shim is not built here")
     assert os.path.exists(path), f"{path} was not built (make lib)"
     needed = _needed(path)
-    assert soname in needed, needed
-    others = {s for i, (_, _, s) in SHIMS.items() if i != impl}
-    assert not others & set(needed), needed
+    assert needed, "no NEEDED entries read"
+    assert not [n for n in needed if MPI_LIBRARY.search(n)], needed
+    undefined = _undefined_symbols(path)
+    assert {"MPI_Init_thread", "MPI_Iallreduce", "MPI_Finalize"} <= undefined, sorted(undefined)
 
 
 RANK_SCRIPT = """if True:
@@ -95,7 +129,8 @@ RANK_SCRIPT = """if True:
     lib.mpi_bcast(buf, len(buf), 0)
     lib.mpi_finalize()
     lib.mpi_finalize()
-    line = f"RANK {info['rank']} {info['size']} {info['impl']} {info['provided_name']} {buf.value.decode()}\\n"
+    line = (f"RANK {info['rank']} {info['size']} {info['impl']} {info['provided_name']} {buf.value.decode()} "
+            f"{info['library']}\\n")
     os.write(1, line.encode())  # one write: the launcher forwards it whole
 """
 
@@ -103,7 +138,7 @@ RANK_SCRIPT = """if True:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("impl", sorted(SHIMS))
 def test_bootstrap_under_mpirun(impl):
-    _, mpirun, _ = SHIMS[impl]
+    _, mpirun, soname = SHIMS[impl]
     path = os.path.join(MPI_DIR, f"libgodist_mpi_{impl}.so")
     if not shutil.which(mpirun) or not os.path.exists(path):
         pytest.skip(f"no {mpirun} or no {impl} shim")
@@ -114,5 +149,7 @@ def test_bootstrap_under_mpirun(impl):
     p = subprocess.run(args, capture_output=True, text=True, timeout=100, env=_clean_env())
     assert p.returncode == 0, p.stdout + p.stderr
     # mpirun interleaves the ranks' output, possibly within a line.
-    got = sorted(re.findall(r"RANK (\d+) (\d+) (\w+) (MPI_THREAD_\w+) (host:29500)", p.stdout))
-    assert got == [(str(r), "2", impl, "MPI_THREAD_MULTIPLE", "host:29500") for r in range(2)], p.stdout + p.stderr
+    # The loader opened the implementation's library (by its soname) itself.
+    got = sorted(re.findall(r"RANK (\d+) (\d+) (\w+) (MPI_THREAD_\w+) (host:29500) (\S+)", p.stdout))
+    assert got == [(str(r), "2", impl, "MPI_THREAD_MULTIPLE", "host:29500", soname) for r in range(2)], \
+        p.stdout + p.stderr

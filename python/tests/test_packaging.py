@@ -7,7 +7,8 @@ environment with no Go on PATH and no checkout on sys.path, runs a two-rank
 ``init_process_group("godist")`` + ``all_reduce``, has the version of
 ``godist/_version.py`` and the ``godist`` console script. On Linux its native
 files (the library, the GPU report program, the MPI shims) are built for
-glibc 2.28, torch's manylinux_2_28, and need no newer symbol version."""
+glibc 2.28, torch's manylinux_2_28, and need no newer symbol version, and
+auditwheel (when installed) agrees that the wheel is manylinux_2_28."""
 
 from __future__ import annotations
 
@@ -119,8 +120,7 @@ def test_wheel_tag_and_version(wheel):
     # GPU report program, the MPI shims) names no GLIBC_ symbol version
     # newer than WHEEL_GLIBC (found here independently of setup.py), and the
     # tag is manylinux_X_Y_<arch> for WHEEL_GLIBC (the glibc they were built
-    # for), or for the newest version the library and the program name if
-    # that were newer.
+    # for), or for the newest version they name if that were newer.
     def newest(data: bytes) -> tuple[int, int]:
         return max((int(a), int(b)) for a, b in re.findall(rb"\bGLIBC_(\d+)\.(\d+)", data))
 
@@ -131,8 +131,53 @@ def test_wheel_tag_and_version(wheel):
     too_new = {n: v for n, v in native.items() if v > WHEEL_GLIBC}
     assert not too_new, f"native files needing a glibc newer than {WHEEL_GLIBC}: {too_new}"
     arch = sysconfig.get_platform().split("-", 1)[1].replace("-", "_").replace(".", "_")
-    tag = max(WHEEL_GLIBC, native["godist/libgodist.so"], native["godist/bin/godist-gpuinfo"])
+    tag = max(WHEEL_GLIBC, *native.values())
     assert plat == f"manylinux_{tag[0]}_{tag[1]}_{arch}"
+
+
+def _auditwheel() -> list[str] | None:
+    """The auditwheel command (requirements-dev.txt): this interpreter's
+    module, else one on PATH; None if neither."""
+    import importlib.util
+
+    if importlib.util.find_spec("auditwheel") is not None:
+        return [sys.executable, "-m", "auditwheel"]
+    exe = shutil.which("auditwheel")
+    return [exe] if exe else None
+
+
+def _manylinux_at_most(tag: str, newest: tuple[int, int]) -> bool:
+    """Whether a platform tag is manylinux for glibc newest or older (the
+    legacy aliases included: manylinux1 is 2.5, 2010 2.12, 2014 2.17)."""
+    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", tag)
+    if m:
+        return (int(m.group(1)), int(m.group(2))) <= newest
+    m = re.fullmatch(r"(manylinux\w+?)_\w+", tag)
+    return bool(m) and m.group(1) in legacy and legacy[m.group(1)] <= newest
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="auditwheel audits Linux wheels")
+def test_auditwheel_agrees(wheel):
+    """auditwheel finds the wheel consistent with manylinux_2_28 (or an
+    older manylinux) with every native file inside, the MPI shims included
+    wherever an mpicc built them: they link no MPI library (the loader opens
+    it), so nothing in the wheel needs a library outside the policy."""
+    cmd = _auditwheel()
+    if cmd is None:
+        pytest.skip("auditwheel is not installed (pip install -r requirements-dev.txt)")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    for impl, mpicc in (("openmpi", "mpicc.openmpi"), ("mpich", "mpicc.mpich")):
+        if shutil.which(mpicc):
+            assert f"godist/mpi/libgodist_mpi_{impl}.so" in names, f"{mpicc} is installed, the {impl} shim is missing"
+    p = subprocess.run([*cmd, "show", str(wheel)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"auditwheel show: exit {p.returncode}\n{p.stdout}\n{p.stderr}"
+    out = " ".join(p.stdout.split())
+    m = re.search(r'consistent with the following platform tag: "([^"]+)"', out)
+    assert m, f"auditwheel show said:\n{p.stdout}"
+    assert _manylinux_at_most(m.group(1), WHEEL_GLIBC), f"auditwheel show said:\n{p.stdout}"
 
 
 # Run in the fresh environment: what is importable and from where.
@@ -177,6 +222,19 @@ with open("/proc/self/maps") as f:
     libs = sorted({line.split()[-1] for line in f if line.rstrip().endswith("libgodist.so")})
 print(json.dumps({"result": t.tolist(), "backend": backend, "loaded": libs}))
 """
+
+
+# One rank under mpirun: the installed wheel's shim, after the MPI library
+# the loader opens itself.
+MPI_RANK = r"""
+import json, os
+from godist import _mpi
+info = _mpi.open_mpi()
+_mpi.mpi_finalize()
+os.write(1, ("MPIRANK " + json.dumps({k: info[k] for k in ("rank", "size", "impl", "shim", "library")}) + "\n").encode())
+"""
+MPIRUNS = {"openmpi": (["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"], "libmpi.so.40"),
+           "mpich": (["mpirun.mpich"], "libmpich.so.12")}
 
 
 def _env_without_go(venv: Path) -> dict:
@@ -259,3 +317,15 @@ def test_wheel_runs_in_a_fresh_venv_without_go(wheel):
             # sum over ranks r of arange(4) + 10 r
             assert got["result"] == [10.0, 12.0, 14.0, 16.0], got
             assert got["loaded"] and all(_inside(lib, venv) for lib in got["loaded"]), got
+
+        # The wheel's MPI shims work under their mpirun: each links no MPI
+        # library, and the loader opens the machine's before it.
+        (work / "mpi_rank.py").write_text(MPI_RANK)
+        for impl, (mpirun, soname) in MPIRUNS.items():
+            shim = Path(probe["library"]).parent / "mpi" / f"libgodist_mpi_{impl}.so"
+            if not shutil.which(mpirun[0], path=env["PATH"]) or not shim.exists():
+                continue
+            p = _run([*mpirun, "-np", "2", py, str(work / "mpi_rank.py")], env, work, timeout=240)
+            ranks = sorted((r["rank"], r["size"], r["impl"], os.path.realpath(r["shim"]), r["library"])
+                           for r in map(json.loads, re.findall(r"MPIRANK (\{.*?\})", p.stdout)))
+            assert ranks == [(r, 2, impl, os.path.realpath(shim), soname) for r in range(2)], p.stdout + p.stderr

@@ -1,7 +1,9 @@
 // godist_mpi.h: the C API of godist's MPI shims. One shim is built per MPI
-// implementation with that implementation's mpicc (libgodist_mpi_openmpi.so,
-// libgodist_mpi_mpich.so); backends/mpi loads the one that matches the
-// launcher at run time (RTLD_GLOBAL), so libgodist.so itself never links MPI.
+// implementation with that implementation's mpicc's compile flags
+// (libgodist_mpi_openmpi.so, libgodist_mpi_mpich.so) and linked without its
+// MPI library, whose symbols it leaves undefined; backends/mpi loads the
+// MPI library and then the shim that matches the launcher at run time (both
+// RTLD_GLOBAL), so neither libgodist.so nor the shims link MPI.
 //
 // Every function returns 0 (MPI_SUCCESS) or an MPI error code (or a GM_
 // code below); gm_error_string names it. Communicators and requests are
