@@ -55,6 +55,25 @@ def cuda_mode() -> str:
 _live_lock = threading.Lock()
 
 
+class OnGroup:
+    """What GodistProcessGroup and GodistBackend share, both being a torch
+    face of a Group held in ``_g``."""
+
+    def __getattr__(self, name):
+        # The engine's attributes (_h, _rank, _device_path, shared_memory,
+        # ...) for code that reaches the group through either face.
+        g = self.__dict__.get("_g")
+        if g is None:
+            raise AttributeError(name)
+        return getattr(g, name)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self._g!r})"
+
+    def getBackendName(self) -> str:
+        return "godist"
+
+
 class Group:
     """A godist process group: its Go handle and its ops."""
 

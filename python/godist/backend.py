@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from . import _errors, _forms, _reconfigure
-from ._group import Group
+from ._group import Group, OnGroup
 from ._reconfigure import Unconfigured
 from .work import combine
 
@@ -57,7 +57,7 @@ def _subclassable() -> bool:
 AVAILABLE = _subclassable()
 
 
-class GodistBackend(_Base):
+class GodistBackend(OnGroup, _Base):
     """A c10d Backend whose ops run on a godist group.
 
     ``GodistBackend(store, rank, size, timeout)`` forms a new group through
@@ -82,21 +82,7 @@ class GodistBackend(_Base):
         self._members = None  # _reconfigure.Membership, made by the first get_reconfigure_handle
         self._base_name = group._name
 
-    def __getattr__(self, name):
-        # The engine's attributes (_h, _device_path, shared_memory, ...) for
-        # code that reaches the group through pg._get_backend(device).
-        g = self.__dict__.get("_g")
-        if g is None:
-            raise AttributeError(name)
-        return getattr(g, name)
-
-    def __repr__(self):
-        return f"GodistBackend({self._g!r})"
-
     # ----- identity and capabilities (none may raise) ----------------------
-    def getBackendName(self) -> str:
-        return "godist"
-
     @property
     def options(self):
         o = _Base.Options("godist", self._g._timeout)

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from . import _fast, _forms, _group, _lib, _log
 from ._flight import requested as flight_recorder_requested
-from ._group import Group, _live, _live_lock
+from ._group import Group, OnGroup, _live, _live_lock
 from ._reconfigure import Unconfigured
 from .backend import AVAILABLE as _HAS_BACKEND
 from .backend import GodistBackend
@@ -41,7 +41,7 @@ _ARO = _C.AllreduceOptions
 _CUSTOM = dist.ProcessGroup.BackendType.CUSTOM
 
 
-class GodistProcessGroup(_PG):
+class GodistProcessGroup(OnGroup, _PG):
     """A process group backed by godist's Go engine."""
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta | None = None, group_name: str = "",
@@ -65,20 +65,7 @@ class GodistProcessGroup(_PG):
             self._set_default_backend(_CUSTOM)
             self._backend = b
 
-    def __getattr__(self, name):
-        # The engine's attributes (_h, _rank, _device_path, shared_memory, ...).
-        g = self.__dict__.get("_g")
-        if g is None:
-            raise AttributeError(name)
-        return getattr(g, name)
-
-    def __repr__(self):
-        return f"GodistProcessGroup({self._g!r})"
-
     # ----- identity -----------------------------------------------------
-    def getBackendName(self) -> str:
-        return "godist"
-
     # rank and size follow the group a reconfigure forms
     def rank(self) -> int:
         return self._g._rank
