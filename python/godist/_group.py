@@ -73,6 +73,24 @@ class OnGroup:
     def getBackendName(self) -> str:
         return "godist"
 
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        self._g.set_timeout(timeout)
+
+    def _get_sequence_number_for_group(self) -> int:
+        return self._g._get_sequence_number_for_group()
+
+    def _set_sequence_number_for_group(self) -> None:
+        pass
+
+    def _start_coalescing(self, device=None):
+        self._g._start_coalescing(device)
+
+    def _end_coalescing(self, device=None):
+        return self._g._end_coalescing(device)
+
+    start_coalescing = _start_coalescing
+    end_coalescing = _end_coalescing
+
 
 class Group:
     """A godist process group: its Go handle and its ops."""

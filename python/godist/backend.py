@@ -165,9 +165,6 @@ class GodistBackend(OnGroup, _Base):
         name = _ERROR_TYPES.get(code, "COMM_ERROR")
         return getattr(_ErrorType, name)
 
-    def set_timeout(self, timeout: datetime.timedelta) -> None:
-        self._g.set_timeout(timeout)
-
     def abort(self) -> None:
         self._g.abort()
 
@@ -181,12 +178,6 @@ class GodistBackend(OnGroup, _Base):
 
     def unregister_abort_hook(self, hook_id: int) -> None:
         self._g._abort_hooks.pop(int(hook_id), None)
-
-    def _get_sequence_number_for_group(self) -> int:
-        return self._g._get_sequence_number_for_group()
-
-    def _set_sequence_number_for_group(self) -> None:
-        pass
 
     # ----- new groups from this one -----------------------------------------
     def split(self, store, ranks, opts=None):
@@ -291,14 +282,6 @@ class GodistBackend(OnGroup, _Base):
     def recv_anysource(self, tensors, tag=0):
         return self._g.recv_anysource(_forms._listed(tensors), tag)
 
-    def _start_coalescing(self, device=None):
-        self._g._start_coalescing(device)
-
-    def _end_coalescing(self, device=None):
-        return self._g._end_coalescing(device)
-
-    start_coalescing = _start_coalescing
-    end_coalescing = _end_coalescing
     recvAnysource = recv_anysource
     _allgather_base = all_gather_single
     allgather_into_tensor_coalesced = all_gather_single_coalesced

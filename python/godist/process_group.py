@@ -90,12 +90,6 @@ class GodistProcessGroup(OnGroup, _PG):
     def supports_coalescing(self) -> bool:
         return True
 
-    def _get_sequence_number_for_group(self) -> int:
-        return self._g._get_sequence_number_for_group()
-
-    def _set_sequence_number_for_group(self) -> None:
-        pass
-
     # ----- hooks --------------------------------------------------------
     def _rehook(self) -> None:
         self._hooked = self._fr or bool(self._hook_ids)
@@ -141,8 +135,6 @@ class GodistProcessGroup(OnGroup, _PG):
         return self._backend
 
     # ----- lifecycle ----------------------------------------------------
-    def set_timeout(self, timeout: datetime.timedelta) -> None:
-        self._g.set_timeout(timeout)
 
     def shutdown(self, *args, **kwargs):
         """Close the group gracefully: peers are told this rank is leaving."""
@@ -154,15 +146,6 @@ class GodistProcessGroup(OnGroup, _PG):
     def abort(self, *args, **kwargs):
         """Fail every pending op of this group at once and drop its connections."""
         self._g.abort()
-
-    def _start_coalescing(self, device=None):
-        self._g._start_coalescing(device)
-
-    def _end_coalescing(self, device=None):
-        return self._g._end_coalescing(device)
-
-    start_coalescing = _start_coalescing
-    end_coalescing = _end_coalescing
 
     # ----- ops ----------------------------------------------------------
     # Each takes every call form of torch's ProcessGroup (godist._forms);
