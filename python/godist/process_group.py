@@ -52,7 +52,8 @@ class GodistProcessGroup(OnGroup, _PG):
             group = make(store, rank, size, timeout, group_name)
         self._g = group
         self._hook_ids = set()
-        self._fr = flight_recorder_requested()
+        # torch's route needs the Backend (2.14+): before that there is none
+        self._fr = _HAS_BACKEND and flight_recorder_requested()
         self._hooked = self._fr
         # The Group the fast path reaches in one attribute read; None while
         # hooked (allreduce, the most frequent op, checks nothing else).
@@ -92,7 +93,7 @@ class GodistProcessGroup(OnGroup, _PG):
 
     # ----- hooks --------------------------------------------------------
     def _rehook(self) -> None:
-        self._hooked = self._fr or bool(self._hook_ids)
+        self._hooked = self._fr or (_HAS_BACKEND and bool(self._hook_ids))
         self._fast_g = None if self._hooked else self._g
 
     def register_pre_hook(self, hook_id, hook) -> None:
@@ -135,7 +136,6 @@ class GodistProcessGroup(OnGroup, _PG):
         return self._backend
 
     # ----- lifecycle ----------------------------------------------------
-
     def shutdown(self, *args, **kwargs):
         """Close the group gracefully: peers are told this rank is leaving."""
         if self._backend is not None:
