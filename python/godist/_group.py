@@ -344,6 +344,10 @@ class Group:
         w = _fast.allreduce(self, tensors, opts)
         if w is not None:
             return w
+        return self._allreduce(tensors, opts)
+
+    def _allreduce(self, tensors, opts):
+        """allreduce past its fast path."""
         if _on_cuda(tensors):
             return self._device_path().allreduce(tensors, opts)
         op = "allreduce"

@@ -155,7 +155,7 @@ class GodistProcessGroup(OnGroup, _PG):
         g = self._fast_g
         if g is not None and type(opts) is _ARO:
             w = _fast.allreduce(g, tensors, opts)
-            return w if w is not None else g.allreduce(tensors, opts)
+            return w if w is not None else g._allreduce(tensors, opts)
         if type(opts) is not _ARO:
             tensors, opts = _forms.allreduce(tensors, opts, op, timeout)
         if self._hooked:
