@@ -148,7 +148,7 @@ class Unconfigured:
 
     abort = _close = shutdown
 
-    _OPS = frozenset(("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather", "allgather_coalesced",
+    _OPS = frozenset(("allreduce", "_allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather", "allgather_coalesced",
                       "all_gather_single", "all_gather_single_coalesced", "gather", "scatter", "reduce_scatter",
                       "reduce_scatter_single", "reduce_scatter_single_coalesced", "alltoall", "all_to_all_single",
                       "barrier", "monitored_barrier", "send", "recv", "recv_anysource", "_start_coalescing",
