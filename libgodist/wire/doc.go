@@ -1,7 +1,12 @@
 // Package wire defines the self-describing records godist exchanges across
-// process boundaries outside the hot path: during rendezvous, when a TCP
-// connection opens, and for collective desync checks. Tensor payloads never
-// go through this package.
+// process boundaries outside the hot path: during rendezvous and when a TCP
+// connection opens. Tensor payloads never go through this package, and
+// neither do desync checks: every message of a collective carries the
+// sender's transport.Stamp, 48 fixed bytes in a TCP frame's header or a
+// shared-memory record (the op, sequence number, dtype, element count,
+// root, reduce op, a hash of the caller's tensor shapes and, for
+// all_to_all, the elements the pair exchanges), and the receiver compares
+// it with the collective it runs (libgodist/transport/stamp.go).
 //
 // Each record is a FlatBuffers table (schema: godist.fbs, generated code:
 // package fb, regenerated with go generate). Callers only see the plain Go
@@ -26,18 +31,13 @@
 // another Session or Group, a FromRank/ToRank outside the group, or a
 // WorldSize that differs from its own.
 //
-// Fingerprint describes one collective call (sequence number, operation,
-// dtype, element count, root, reduction). Ranks exchange fingerprints when
-// desync checking is on and compare them with ==; the first mismatch names
-// the collective that diverged.
-//
 // # Encoding
 //
 // Marshal produces a FlatBuffer finished with a 4-byte file identifier
-// ("GDPE" PeerRecord, "GDHS" Handshake, "GDFP" Fingerprint) followed by a
-// 4-byte little-endian CRC-32C (Castagnoli) of the FlatBuffer. The buffer
-// starts with the FlatBuffer, so any FlatBuffers reader can decode a record
-// directly and ignore the trailer. Empty strings and lists are omitted from
+// ("GDPE" PeerRecord, "GDHS" Handshake) followed by a 4-byte little-endian
+// CRC-32C (Castagnoli) of the FlatBuffer. The buffer starts with the
+// FlatBuffer, so any FlatBuffers reader can decode a record directly and
+// ignore the trailer. Empty strings and lists are omitted from
 // the table and decode as "" and nil.
 //
 // # Decoding

@@ -63,24 +63,3 @@ func FuzzUnmarshalHandshake(f *testing.F) {
 		}
 	})
 }
-
-func FuzzUnmarshalFingerprint(f *testing.F) {
-	fp := sampleFingerprint()
-	f.Add(fp.Marshal())
-	z := Fingerprint{}
-	f.Add(z.Marshal())
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, b := range [][]byte{data, reseal(data)} {
-			got, err := UnmarshalFingerprint(b)
-			checkDecodeErr(t, err)
-			if err != nil {
-				continue
-			}
-			require.NoError(t, got.Validate())
-			again, err := UnmarshalFingerprint(got.Marshal())
-			require.NoError(t, err)
-			assert.Equal(t, got, again)
-		}
-	})
-}

@@ -85,9 +85,8 @@ func recoverMalformed(record string, err *error) {
 // FlatBuffer starts at offset 0, so any FlatBuffers reader can decode the
 // record directly and ignore the trailer.
 const (
-	identPeerRecord  = "GDPE"
-	identHandshake   = "GDHS"
-	identFingerprint = "GDFP"
+	identPeerRecord = "GDPE"
+	identHandshake  = "GDHS"
 
 	identLen   = 4 // FlatBuffers file identifier length
 	trailerLen = 4
@@ -135,8 +134,6 @@ func identName(id string) string {
 		return "PeerRecord"
 	case identHandshake:
 		return "Handshake"
-	case identFingerprint:
-		return "Fingerprint"
 	}
 	return ""
 }

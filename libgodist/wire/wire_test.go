@@ -47,10 +47,6 @@ func sampleHandshake() Handshake {
 	return Handshake{Magic: Magic, Version: Version, Session: 0xfeedface, Group: "default_pg", FromRank: 3, ToRank: 0, WorldSize: 8}
 }
 
-func sampleFingerprint() Fingerprint {
-	return Fingerprint{Seq: 77, Op: "allreduce", DType: 6, Count: 1 << 20, Root: 0, ReduceOp: 2}
-}
-
 func TestPeerRecordRoundTrip(t *testing.T) {
 	maxStr := strings.Repeat("é", MaxStringLen/2) // exactly MaxStringLen bytes
 	cases := []struct {
@@ -116,28 +112,6 @@ func TestHandshakeRoundTrip(t *testing.T) {
 	}
 }
 
-func TestFingerprintRoundTrip(t *testing.T) {
-	cases := []struct {
-		name string
-		f    Fingerprint
-	}{
-		{"typical", sampleFingerprint()},
-		{"zero", Fingerprint{}},
-		{"max values", Fingerprint{Seq: math.MaxUint64, Op: strings.Repeat("o", MaxStringLen), DType: math.MaxUint8,
-			Count: math.MaxInt64, Root: math.MaxInt32, ReduceOp: math.MaxUint8}},
-		{"negative root", Fingerprint{Seq: 1, Op: "barrier", Root: -1}},
-		{"min root", Fingerprint{Op: "broadcast", Root: math.MinInt32}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			require.NoError(t, tc.f.Validate())
-			got, err := UnmarshalFingerprint(tc.f.Marshal())
-			require.NoError(t, err)
-			assert.Equal(t, tc.f, got)
-		})
-	}
-}
-
 // The decoded record must not alias the input buffer.
 func TestUnmarshalCopies(t *testing.T) {
 	b := func() []byte { r := samplePeer(); return r.Marshal() }()
@@ -164,8 +138,6 @@ func TestEncodingIsPlainFlatBuffer(t *testing.T) {
 
 	h := sampleHandshake()
 	assert.Equal(t, identHandshake, string(h.Marshal()[4:8]))
-	f := sampleFingerprint()
-	assert.Equal(t, identFingerprint, string(f.Marshal()[4:8]))
 }
 
 func TestValidation(t *testing.T) {
@@ -198,11 +170,8 @@ func TestValidation(t *testing.T) {
 		{"handshake to rank", hs(func(h *Handshake) { h.ToRank = -3 }), decHandshake, "to rank -3 out of range [0, 8)"},
 		{"handshake world size", hs(func(h *Handshake) { h.WorldSize = -1 }), decHandshake, "world size -1"},
 		{"handshake long group", hs(func(h *Handshake) { h.Group = strings.Repeat("g", MaxStringLen+1) }), decHandshake, "Group is 4097 bytes"},
-		{"fingerprint negative count", func() []byte { f := sampleFingerprint(); f.Count = -1; return f.Marshal() }(), decFingerprint, "count -1 is negative"},
-		{"fingerprint bad op", func() []byte { f := sampleFingerprint(); f.Op = "all\xffreduce"; return f.Marshal() }(), decFingerprint, "Op is not valid UTF-8"},
 		{"peer as handshake", peer(func(*PeerRecord) {}), decHandshake, "buffer holds a PeerRecord record"},
-		{"handshake as fingerprint", hs(func(*Handshake) {}), decFingerprint, "buffer holds a Handshake record"},
-		{"fingerprint as peer", func() []byte { f := sampleFingerprint(); return f.Marshal() }(), decPeer, "buffer holds a Fingerprint record"},
+		{"handshake as peer", hs(func(*Handshake) {}), decPeer, "buffer holds a Handshake record"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -229,9 +198,8 @@ func TestVersionError(t *testing.T) {
 	assert.NotErrorIs(t, err, ErrVersionMismatch)
 }
 
-func decPeer(b []byte) error        { _, err := UnmarshalPeerRecord(b); return err }
-func decHandshake(b []byte) error   { _, err := UnmarshalHandshake(b); return err }
-func decFingerprint(b []byte) error { _, err := UnmarshalFingerprint(b); return err }
+func decPeer(b []byte) error      { _, err := UnmarshalPeerRecord(b); return err }
+func decHandshake(b []byte) error { _, err := UnmarshalHandshake(b); return err }
 
 var decoders = []struct {
 	name string
@@ -239,12 +207,11 @@ var decoders = []struct {
 }{
 	{"PeerRecord", decPeer},
 	{"Handshake", decHandshake},
-	{"Fingerprint", decFingerprint},
 }
 
 func validRecords() map[string][]byte {
-	p, h, f := samplePeer(), sampleHandshake(), sampleFingerprint()
-	return map[string][]byte{"PeerRecord": p.Marshal(), "Handshake": h.Marshal(), "Fingerprint": f.Marshal()}
+	p, h := samplePeer(), sampleHandshake()
+	return map[string][]byte{"PeerRecord": p.Marshal(), "Handshake": h.Marshal()}
 }
 
 func TestGarbage(t *testing.T) {
@@ -344,27 +311,40 @@ func TestCorruptionBehindValidChecksum(t *testing.T) {
 	}
 }
 
+// hostileFields is the schema of the tables TestHostileOffsets builds by
+// hand: a ulong, then a string.
+var hostileFields = []fieldKind{fU64, fString}
+
+// decHostile opens b as a record and verifies its table against
+// hostileFields.
+func decHostile(b []byte) error {
+	body, err := open(b, "Hostile", identHandshake)
+	if err != nil {
+		return err
+	}
+	return verifyTable(body, "Hostile", hostileFields)
+}
+
 // Hand-built hostile buffers aimed at each verifier check; all must fail
 // cleanly even with a valid identifier and checksum.
 func TestHostileOffsets(t *testing.T) {
 	le32 := func(b []byte, p int, v uint32) { binary.LittleEndian.PutUint32(b[p:], v) }
 	le16 := func(b []byte, p int, v uint16) { binary.LittleEndian.PutUint16(b[p:], v) }
 	base := func() []byte {
-		// root offset 16, identifier, vtable at 8 (2 slots, seq present at
-		// +4), table at 16 (12 bytes: soffset + seq), zero padding after.
+		// root offset 16, identifier, vtable at 8 (2 slots, the ulong
+		// present at +4), table at 16 (12 bytes: soffset + ulong), zero
+		// padding after.
 		b := make([]byte, 64+trailerLen)
 		le32(b, 0, 16)
-		copy(b[4:], identFingerprint)
+		copy(b[4:], identHandshake)
 		le16(b, 8, 8)   // vtable size
 		le16(b, 10, 12) // table size
-		le16(b, 12, 4)  // seq at +4
+		le16(b, 12, 4)  // the ulong at +4
 		le16(b, 14, 0)
 		le32(b, 16, 8) // soffset: vtable at 16-8 = 8
 		return b
 	}
-	ok := reseal(base())
-	_, err := UnmarshalFingerprint(ok)
-	require.NoError(t, err)
+	require.NoError(t, decHostile(reseal(base())))
 
 	mutations := []struct {
 		name, want string
@@ -380,7 +360,7 @@ func TestHostileOffsets(t *testing.T) {
 		{"field past table", "field 0 at offset 10", func(b []byte) { le16(b, 12, 10) }},
 		{"field in soffset", "field 0 at offset 2", func(b []byte) { le16(b, 12, 2) }},
 		{"string offset huge", "field 1: bad offset", func(b []byte) {
-			le16(b, 14, 8) // op at +8
+			le16(b, 14, 8) // the string at +8
 			le32(b, 24, 0xfffffff0)
 		}},
 		{"string offset zero", "field 1: bad offset 0", func(b []byte) {
@@ -403,7 +383,7 @@ func TestHostileOffsets(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			b := base()
 			m.mut(b)
-			_, err := UnmarshalFingerprint(reseal(b))
+			err := decHostile(reseal(b))
 			require.Error(t, err)
 			assert.ErrorIs(t, err, ErrMalformed)
 			assert.Contains(t, err.Error(), m.want)
@@ -425,18 +405,20 @@ func TestHostileOffsets(t *testing.T) {
 // A record from a newer writer with extra trailing fields still decodes.
 func TestForwardCompatibleExtraField(t *testing.T) {
 	b := flatbuffers.NewBuilder(0)
-	op := b.CreateString("allgather")
+	group := b.CreateString("pg1")
 	extra := b.CreateString("a field from the future")
-	b.StartObject(8)
-	b.PrependUint64Slot(0, 9, 0)
-	b.PrependUOffsetTSlot(1, op, 0)
-	b.PrependInt64Slot(3, 100, 0)
-	b.PrependUOffsetTSlot(7, extra, 0)
-	b.FinishWithFileIdentifier(b.EndObject(), []byte(identFingerprint))
+	b.StartObject(9)
+	b.PrependUint32Slot(0, Magic, 0)
+	b.PrependUint16Slot(1, Version, 0)
+	b.PrependUOffsetTSlot(3, group, 0)
+	b.PrependInt32Slot(4, 1, 0)
+	b.PrependInt32Slot(6, 2, 0)
+	b.PrependUOffsetTSlot(8, extra, 0)
+	b.FinishWithFileIdentifier(b.EndObject(), []byte(identHandshake))
 	raw := append(append([]byte(nil), b.FinishedBytes()...), 0, 0, 0, 0)
-	f, err := UnmarshalFingerprint(reseal(raw))
+	h, err := UnmarshalHandshake(reseal(raw))
 	require.NoError(t, err)
-	assert.Equal(t, Fingerprint{Seq: 9, Op: "allgather", Count: 100}, f)
+	assert.Equal(t, Handshake{Magic: Magic, Version: Version, Group: "pg1", FromRank: 1, WorldSize: 2}, h)
 }
 
 // TestPeerRecordInterfacesCompatible: a record from a writer that predates
