@@ -1,8 +1,6 @@
 package shm
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"runtime"
 	"strings"
@@ -256,15 +254,3 @@ func (p *WaitPolicy) check() error {
 }
 
 func alignUp(n, a int) int { return (n + a - 1) / a * a }
-
-// ArenaName derives a valid, fixed-length arena name from the strings that
-// identify a group instance (for example the store prefix, the session id
-// and the group name): every local rank passing the same parts gets the
-// same name, and different groups get different ones.
-func ArenaName(parts ...string) string {
-	h := sha256.New()
-	for _, p := range parts {
-		fmt.Fprintf(h, "%d:%s;", len(p), p)
-	}
-	return "godist-" + hex.EncodeToString(h.Sum(nil)[:16])
-}

@@ -1,6 +1,8 @@
 package shm
 
 import (
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,10 +23,17 @@ func TestProbe(t *testing.T) {
 	require.False(t, Usable("/nonexistent-dir"))
 }
 
+// The offloader's arena names (arenaName) are stable for a group
+// instance, differ between sessions and groups, and are valid whatever the
+// group's name.
 func TestArenaName(t *testing.T) {
-	a, b := ArenaName("store/", "42", "pg0"), ArenaName("store/4", "2", "pg0")
-	require.NotEqual(t, a, b)
-	require.Equal(t, a, ArenaName("store/", "42", "pg0"))
-	c := Config{Name: a, Rank: 0, Size: 1}
-	require.NoError(t, c.normalize())
+	a := arenaName(42, "pg0")
+	require.Equal(t, a, arenaName(42, "pg0"))
+	require.NotEqual(t, a, arenaName(43, "pg0"))
+	require.NotEqual(t, a, arenaName(42, "pg1"))
+	require.NotEqual(t, a, arenaName(42, "pg0/host0"))
+	for _, name := range []string{a, arenaName(math.MaxUint64, strings.Repeat("g/ ", 2000))} {
+		c := Config{Name: name, Rank: 0, Size: 1}
+		require.NoError(t, c.normalize())
+	}
 }
