@@ -68,23 +68,6 @@ func (l *Lib) CommCreate(worldRanks []int, tag int) (Comm, error) {
 	return Comm(id), nil
 }
 
-// CommFree frees a communicator of CommCreate.
-func (l *Lib) CommFree(c Comm) error {
-	const call = "MPI_Comm_free"
-	if c == World {
-		return argError(call, "MPI_COMM_WORLD cannot be freed")
-	}
-	if _, err := l.comm(call, c); err != nil {
-		return err
-	}
-	defer l.lock()()
-	rc := C.gml_comm_free(C.int(c))
-	l.commMu.Lock()
-	delete(l.comms, c)
-	l.commMu.Unlock()
-	return mpiError(call, rc)
-}
-
 // Bcast broadcasts buf from root, blocking (for rendezvous); buf may be Go
 // memory.
 func (l *Lib) Bcast(c Comm, buf []byte, root int) error {

@@ -21,7 +21,6 @@ static struct {
 	int (*tag_ub)(int *ub);
 	int (*processor_name)(char *buf, int len);
 	int (*comm_create)(const int *world_ranks, int n, int tag, int *id);
-	int (*comm_free)(int id);
 	int (*test)(int64_t req, int *done, int *source, int64_t *nbytes);
 	int (*abandon)(int64_t req);
 	int (*bcast)(int comm, void *buf, int64_t nbytes, int root);
@@ -82,7 +81,6 @@ int gml_load(const char *path, char *err, int errlen) {
 	BIND(tag_ub);
 	BIND(processor_name);
 	BIND(comm_create);
-	BIND(comm_free);
 	BIND(test);
 	BIND(abandon);
 	BIND(bcast);
@@ -172,11 +170,6 @@ int gml_processor_name(char *buf, int len) {
 int gml_comm_create(const int *world_ranks, int n, int tag, int *id) {
 	if (!G.loaded) return GML_NOT_LOADED;
 	return G.comm_create(world_ranks, n, tag, id);
-}
-
-int gml_comm_free(int id) {
-	if (!G.loaded) return GML_NOT_LOADED;
-	return G.comm_free(id);
 }
 
 int gml_test(int64_t req, int *done, int *source, int64_t *nbytes) {

@@ -36,7 +36,6 @@ int gml_world(int *rank, int *size);
 int gml_tag_ub(int *ub);
 int gml_processor_name(char *buf, int len);
 int gml_comm_create(const int *world_ranks, int n, int tag, int *id);
-int gml_comm_free(int id);
 int gml_test(int64_t req, int *done, int *source, int64_t *nbytes);
 int gml_abandon(int64_t req);
 int gml_bcast(int comm, void *buf, int64_t nbytes, int root);

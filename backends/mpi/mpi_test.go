@@ -665,12 +665,6 @@ func (r *rankT) subComm() error {
 	if err := r.l.Bcast(c, g, 1); err != nil || string(g) != "sub!" {
 		r.fail("Bcast on {0, 2} from its rank 1: %q %v", g, err)
 	}
-	if err := r.l.CommFree(c); err != nil {
-		r.fail("CommFree: %v", err)
-	}
-	if _, err := r.l.Ibarrier(c); !isArgError(err) {
-		r.fail("Ibarrier on a freed communicator: %v", err)
-	}
 	return nil
 }
 

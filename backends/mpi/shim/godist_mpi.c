@@ -537,19 +537,6 @@ int gm_comm_create(const int *world_ranks, int n, int tag, int *id) {
 	return 0;
 }
 
-int gm_comm_free(int id) {
-	if (id == 0) return GM_ERR_ARG; // MPI_COMM_WORLD is not ours to free
-	pthread_mutex_lock(&mu);
-	if (!ready || id < 0 || id >= ncomms || comms[id] == MPI_COMM_NULL) {
-		pthread_mutex_unlock(&mu);
-		return GM_ERR_ARG;
-	}
-	MPI_Comm c = comms[id];
-	comms[id] = MPI_COMM_NULL;
-	pthread_mutex_unlock(&mu);
-	return MPI_Comm_free(&c);
-}
-
 int gm_test(int64_t req, int *done, int *source, int64_t *nbytes) {
 	if (done == NULL) return GM_ERR_ARG;
 	*done = 0;

@@ -52,7 +52,6 @@ int gm_processor_name(char *buf, int len);
 // MPI_Comm_create_group over MPI_COMM_WORLD's ranks world_ranks[0..n),
 // collective over those ranks only; *id receives the new communicator.
 int gm_comm_create(const int *world_ranks, int n, int tag, int *id);
-int gm_comm_free(int id);
 
 // Requests: *req receives a request id (>= 1). gm_test completes it when
 // done (*done 1), giving a receive's source and byte count; the request is
