@@ -33,6 +33,17 @@ _thread = None
 _stop = threading.Event()
 _lock = threading.Lock()
 _handler = None
+# The library's table, as godist._lib's load hands it to setup; None before
+# the library loads and in a forked child, which must not call into Go.
+_go = None
+
+
+def _after_fork_in_child():
+    global _go
+    _go = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def level_from_env(env=os.environ) -> tuple[int, str]:
@@ -83,7 +94,7 @@ def setup(lib) -> None:
     library loads). An invalid GODIST_LOG_LEVEL raises ValueError, after
     logging is set up at WARNING: the library stays usable, and Go's records
     are still drained."""
-    global _thread, _handler
+    global _thread, _handler, _go
     try:
         level, _ = level_from_env()
         bad = None
@@ -98,6 +109,7 @@ def setup(lib) -> None:
             _handler.setFormatter(_Formatter())
             logger.addHandler(_handler)
             logger.propagate = False
+        _go = lib
         effective = logger.getEffectiveLevel()
         lib.log_level(effective if effective < _OFF else _OFF)
         if _thread is None:
@@ -116,10 +128,9 @@ def set_level(level: int | str) -> None:
             raise ValueError(f"godist: unknown log level {level!r}: use DEBUG, INFO, WARNING, ERROR or OFF")
         level = _LEVELS[level.upper()]
     logger.setLevel(level)
-    from . import _lib
-
-    if _lib._lib is not None:
-        _lib._lib.log_level(min(level, _OFF))
+    lib = _go
+    if lib is not None:
+        lib.log_level(min(level, _OFF))
 
 
 _REC = struct.Struct("<iI")
@@ -150,10 +161,8 @@ def _drain_loop(lib) -> None:
 
 def flush(lib=None) -> None:
     """Emit every record Go has queued (at exit, and for tests)."""
-    from . import _lib
-
-    lib = lib or _lib._lib
-    if lib is None or _lib._forked:
+    lib = lib or _go
+    if lib is None:  # not loaded, or a forked child
         return
     buf = ctypes.create_string_buffer(1 << 16)
     n = ctypes.c_int64()
