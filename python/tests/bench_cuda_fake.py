@@ -37,7 +37,7 @@ def main(argv):
     patch_torch()
     from godist.bench import cli, cuda_worker
 
-    cuda_worker.rank_main = rank_main  # what cli.run_world spawns
+    cuda_worker.rank_main = rank_main  # what spawn.run_world spawns
     return cli.main(argv)
 
 

@@ -1,12 +1,12 @@
 """``python -m godist.bench``: the command line and the parent process.
 
 The parent prints the machine header, spawns one world of P ranks per world
-size (start method "spawn", a FileStore in a temporary directory), collects
-the rows rank 0 sends, prints each cell's row of the result table to stdout
-as it comes (``table.py``) and keeps the progress display on stderr
-(``progress.py``), kills a world that errors or runs past its time limit,
-and writes the CSV, markdown and PNG. Exit status: 0 when every cell ran and
-none had a wrong element, 1 otherwise, 2 for bad arguments.
+size (``spawn.py``: start method "spawn", a FileStore in a temporary
+directory), collects the rows rank 0 sends, prints each cell's row of the
+result table to stdout as it comes (``table.py``) and keeps the progress
+display on stderr (``progress.py``), kills a world that errors or runs past
+its time limit, and writes the CSV, markdown and PNG. Exit status: 0 when
+every cell ran and none had a wrong element, 1 otherwise, 2 for bad arguments.
 
 ``--mpi`` (under mpirun: godist, godist over MPI and gloo in the launched
 ranks) is run by ``mpi.main``; without an MPI launcher it says how to launch
@@ -24,133 +24,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import multiprocessing as mp
 import os
-import queue
 import shlex
 import sys
-import tempfile
 import time
 
 from . import machine, report
-from .config import (BACKENDS, DTYPES, MALLOC_ENV, OP_ALIASES, OPS, SCENARIOS, Config, cell_list, geometric_sizes,
-                     human_bytes, parse_bytes, scenario_list, spot_sizes_for)
-from .progress import SCENARIO_LABELS, Progress, cell_label
-from .table import Table
-
-
-class BadOption(ValueError):
-    """An option's value is wrong: argparse reports it (exit status 2)."""
-
-
-def _csv_list(text):
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def _ints(option, text):
-    try:
-        return [int(x) for x in _csv_list(text)]
-    except ValueError:
-        raise BadOption(f"{option}: expected comma-separated whole numbers, got {text!r}") from None
-
-
-def _bytes(option, text):
-    try:
-        return parse_bytes(text)
-    except ValueError as e:
-        raise BadOption(f"{option}: {e}") from None
-
-
-def parse_world_sizes(text) -> list[int]:
-    """--world-sizes: the world sizes, first occurrence kept."""
-    sizes = list(dict.fromkeys(_ints("--world-sizes", text)))
-    if not sizes:
-        raise BadOption("--world-sizes: no world size given")
-    return sizes
-
-
-def parse_ops(text, allowed, unknown="--ops: unknown operation {op}; choose from {choices}") -> list[str]:
-    """--ops: the operations named (aliases resolved, first occurrence kept);
-    one not in ``allowed`` raises ``unknown`` with {op} (its repr) and
-    {choices} filled in."""
-    ops = []
-    for x in _csv_list(text):
-        x = OP_ALIASES.get(x.lower(), x.lower())
-        if x not in allowed:
-            raise BadOption(unknown.format(op=repr(x), choices=", ".join(allowed)))
-        if x not in ops:
-            ops.append(x)
-    if not ops:
-        raise BadOption("--ops: no operation given")
-    return ops
-
-
-def parse_backends(text, allowed, choose="choose godist, gloo or godist,gloo") -> list[str]:
-    """--backends: the backends named, in ``allowed``'s order; ``choose``
-    ends the message for a wrong one."""
-    chosen = [x.lower() for x in _csv_list(text)]
-    bad = [x for x in chosen if x not in allowed]
-    if bad or not chosen:
-        raise BadOption(f"--backends: {'unknown ' + ', '.join(map(repr, bad)) if bad else 'none given'}; {choose}")
-    return [b for b in allowed if b in chosen]
-
-
-def set_sizes(a, cfg: Config, lo: int, hi: int, step: int):
-    """cfg.sizes from --sizes, or from --min-bytes/--max-bytes/--step over
-    the mode's defaults ``lo``, ``hi`` and ``step`` (a preset cfg.sizes
-    stays where none of them is given)."""
-    if a.min_bytes:
-        lo = _bytes("--min-bytes", a.min_bytes)
-    if a.max_bytes:
-        hi = _bytes("--max-bytes", a.max_bytes)
-    if a.step is not None:
-        if a.step < 2:
-            raise BadOption("--step: the factor between sizes must be at least 2")
-        step = a.step
-    if a.sizes is not None:
-        cfg.sizes = sorted({_bytes("--sizes", x) for x in _csv_list(a.sizes)})
-        if not cfg.sizes:
-            raise BadOption("--sizes: no size given")
-    elif not cfg.sizes or a.min_bytes or a.max_bytes or a.step:
-        cfg.sizes = geometric_sizes(lo, hi, step)
-        if not cfg.sizes:
-            raise BadOption(f"--min-bytes {human_bytes(lo)} is above --max-bytes {human_bytes(hi)}: no sizes")
-    if any(s < 1 for s in cfg.sizes):
-        raise BadOption("--sizes/--min-bytes: every size must be at least 1 byte")
-
-
-def set_process_options(a, cfg: Config, world_timeout=True):
-    """--timeout (where ``world_timeout``), --op-timeout, --tcp-only and
-    --default-malloc."""
-    if world_timeout and a.timeout:
-        cfg.world_timeout_s = a.timeout
-    if a.op_timeout:
-        cfg.op_timeout_s = a.op_timeout
-    cfg.tcp_only = a.tcp_only
-    cfg.pin_malloc = not a.default_malloc
-
-
-def check_timing(cfg: Config):
-    """--repeats and --target-ms must leave something to time."""
-    if cfg.repeats < 1:
-        raise BadOption("--repeats must be at least 1")
-    if cfg.target_s <= 0:
-        raise BadOption("--target-ms must be above 0")
-
-
-def set_rank_env(cfg: Config, master_addr=True):
-    """The environment the ranks run in (they inherit it: set it before
-    they start): one OpenMP thread, gloo on loopback, the transport and
-    malloc settings of cfg."""
-    os.environ["OMP_NUM_THREADS"] = "1"
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    if master_addr:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if cfg.tcp_only:
-        os.environ["GODIST_TRANSPORT"] = "tcp"
-    if cfg.pin_malloc:
-        for k, v in MALLOC_ENV.items():
-            os.environ.setdefault(k, v)
+from .config import BACKENDS, DTYPES, MALLOC_ENV, OPS, SCENARIOS, Config, human_bytes, scenario_list, spot_sizes_for
+from .options import (BadOption, check_timing, csv_list, int_list, parse_backends, parse_ops, parse_world_sizes,
+                      set_process_options, set_rank_env, set_sizes)
+from .progress import Progress
+from .spawn import Live, run_world
 
 
 def build_parser():
@@ -255,19 +139,19 @@ def config_from_args(a) -> Config:
     if a.max_iters:
         cfg.max_iters = a.max_iters
     if a.spot_dtypes is not None:
-        cfg.spot_dtypes = _csv_list(a.spot_dtypes)
+        cfg.spot_dtypes = csv_list(a.spot_dtypes)
         bad = [x for x in cfg.spot_dtypes if x not in DTYPES]
         if bad:
             raise BadOption(f"--spot-dtypes: unknown {', '.join(map(repr, bad))}; choose from {', '.join(DTYPES)}")
     if a.scenarios is not None:
-        sc = [x for x in _csv_list(a.scenarios) if x != "none"]
+        sc = [x for x in csv_list(a.scenarios) if x != "none"]
         bad = [x for x in sc if x not in SCENARIOS]
         if bad:
             raise BadOption(f"--scenarios: unknown {', '.join(map(repr, bad))}; choose from {', '.join(SCENARIOS)} "
                             "or none")
         cfg.scenarios = sc
     if a.scenario_world_sizes:
-        cfg.scenario_world_sizes = _ints("--scenario-world-sizes", a.scenario_world_sizes)
+        cfg.scenario_world_sizes = int_list("--scenario-world-sizes", a.scenario_world_sizes)
     if a.ddp_steps:
         cfg.ddp_steps = a.ddp_steps
     if a.ddp_repeats:
@@ -280,90 +164,6 @@ def config_from_args(a) -> Config:
         raise BadOption("--world-sizes: every world size must be at least 2")
     check_timing(cfg)
     return cfg
-
-
-class Live:
-    """What the parent does with the ranks' messages as they come: the
-    table on stdout, the progress and messages on stderr."""
-
-    def __init__(self, cfg: Config, rows: list, progress: Progress, out=None, table=None):
-        self.cfg, self.rows, self.progress = cfg, rows, progress
-        self.table = table if table is not None else Table(cfg.backends)
-        self.out = out if out is not None else sys.stdout
-
-    @staticmethod
-    def items(cfg: Config, P: int) -> list[str]:
-        """What world size P runs, in order, as the status line names it."""
-        return [cell_label(*c) for c in cell_list(cfg)] + [SCENARIO_LABELS[s] for s in scenario_list(cfg, P)]
-
-    def cell(self, P: int, rows: list):
-        self.rows.extend(rows)
-        self.progress.print_to(self.out, "\n".join(self.table.lines(P, rows)))
-        self.progress.item_done(rows)
-
-
-def run_world(P: int, cfg: Config, live: Live, errors: list, setup: dict):
-    """Spawn P ranks, pass their cells and messages to ``live``; True when
-    every rank finished."""
-    if cfg.device == "cuda":
-        from .cuda_worker import rank_main
-    else:
-        from .worker import rank_main
-
-    ctx = mp.get_context("spawn")
-    with tempfile.TemporaryDirectory(prefix="godist-bench-") as d:
-        q = ctx.Queue()
-        procs = [ctx.Process(target=rank_main, args=(r, P, cfg, os.path.join(d, "store"), q),
-                             name=f"godist-bench-rank{r}") for r in range(P)]
-        for p in procs:
-            p.start()
-        done, failed = set(), {}
-        deadline = time.monotonic() + cfg.world_timeout_s
-        grace = None  # after a rank fails, the others get a little time to report
-        while len(done) + len(failed) < P:
-            now = time.monotonic()
-            limit = min(deadline, grace) if grace else deadline
-            if now >= limit:
-                break
-            live.progress.tick()
-            try:
-                kind, rank, payload = q.get(timeout=min(0.5, limit - now))
-            except queue.Empty:
-                if all(not p.is_alive() for p in procs):
-                    try:  # drain what the dead left behind
-                        kind, rank, payload = q.get(timeout=2)
-                    except queue.Empty:
-                        break
-                else:
-                    continue
-            if kind == "cell":
-                live.cell(P, payload)
-            elif kind == "note":
-                live.progress.note(payload)
-            elif kind == "log":
-                live.progress.message(payload)
-            elif kind == "setup":
-                setup[P] = payload
-                live.progress.ready()
-            elif kind == "done":
-                done.add(rank)
-            elif kind == "error":
-                failed[rank] = payload
-                grace = grace or time.monotonic() + 20
-        missing = sorted(set(range(P)) - done - set(failed))
-        for p in procs:
-            p.join(timeout=30 if not (missing or failed) else 1)
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(10)
-        for rank, tb in sorted(failed.items()):
-            errors.append(f"P={P} rank {rank} failed:\n{tb.rstrip()}")
-        if missing:
-            why = "timed out" if time.monotonic() >= deadline else "stopped after another rank failed"
-            errors.append(f"P={P} ranks {missing} did not finish ({why}; exit codes "
-                          f"{[procs[r].exitcode for r in missing]})")
-        return not failed and not missing
 
 
 def main(argv=None) -> int:

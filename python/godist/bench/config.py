@@ -3,6 +3,7 @@ the names of operations and scenarios. Plain data, pickled to every rank."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 BACKENDS = ("godist", "gloo")
@@ -32,6 +33,13 @@ SCENARIOS = ("ddp", "infer", "async")
 # keeps every step of both models on memory the process already has.
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 DTYPES = ("float32", "bfloat16", "int64", "float64", "float16", "int32")
+# --mpi (mpi.py): the collectives it times.
+MPI_OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
+# The timed groups, in column order: godist on its own transports, godist
+# over MPI, gloo.
+MPI_GROUPS = ("godist", "godist-mpi", "gloo")
+# --hosts H (hosts.py): the same collectives as --mpi.
+HOSTS_OPS = MPI_OPS
 
 
 @dataclass
@@ -141,3 +149,15 @@ def human_bytes(n: int) -> str:
         if n >= m:
             return f"{n / m:.1f} {unit}"
     return f"{n} B"
+
+
+def parse_rate(text: str) -> float | None:
+    """Bits per second of a tbf rate ('1gbit', '100mbit', '10gbit'); None for
+    'none' (an unshaped link). ValueError otherwise."""
+    t = text.strip().lower()
+    if t == "none":
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)bit", t)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"rate {text!r}: use e.g. 1gbit, 100mbit, 10gbit or none")
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]

@@ -37,38 +37,11 @@ import time
 
 from . import machine
 from .config import CUDA_BACKENDS, CUDA_OPS, MALLOC_ENV, Config, human_bytes
+from .gpus import gpu_of, share_gpu_env  # noqa: F401 (both also here: docs/gpu.md names cuda.share_gpu_env)
+from .options import (BadOption, byte_size, check_timing, csv_list, int_list, parse_backends, parse_ops,
+                      parse_world_sizes, set_process_options, set_rank_env, set_sizes)
 
 NO_CUDA_EXIT = 1
-
-
-def gpu_of(rank: int, n_gpus: int) -> int:
-    """The CUDA device rank ``rank`` uses."""
-    return rank % max(1, n_gpus)
-
-
-def share_gpu_env(rank: int, world: int, n_gpus: int | None = None, nccl_version=None) -> dict:
-    """The environment rank ``rank`` of ``world`` needs before its first NCCL
-    communicator: empty when every rank has a GPU of its own; where ranks
-    share a GPU, NCCL_MULTI_RANK_GPU_ENABLE=1 on NCCL >= 2.30, else a host id
-    of its own per rank (NCCL then takes the ranks for different hosts and
-    allows them one GPU) with NCCL's socket transport over loopback.
-
-    n_gpus and nccl_version default to torch's (torch.cuda.device_count(),
-    torch.cuda.nccl.version())."""
-    if n_gpus is None or nccl_version is None:
-        import torch
-
-        if n_gpus is None:
-            n_gpus = torch.cuda.device_count()
-        if nccl_version is None:
-            nccl_version = torch.cuda.nccl.version()
-    if world <= n_gpus:
-        return {}
-    if isinstance(nccl_version, int):  # very old torch: one number, e.g. 2708
-        nccl_version = (nccl_version // 1000, nccl_version // 100 % 10, nccl_version % 100)
-    if tuple(nccl_version)[:3] >= (2, 30, 0):
-        return {"NCCL_MULTI_RANK_GPU_ENABLE": "1"}
-    return {"NCCL_HOSTID": f"godist-bench-{rank}", "NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "lo"}
 
 
 def cuda_unavailable(need_nccl: bool = True) -> str | None:
@@ -89,10 +62,7 @@ def cuda_unavailable(need_nccl: bool = True) -> str | None:
 
 
 def config_from_args(a) -> Config:
-    """The CUDA mode's Config; raises cli.BadOption."""
-    from .cli import (BadOption, _bytes, _csv_list, _ints, check_timing, parse_backends, parse_ops, parse_world_sizes,
-                      set_process_options, set_sizes)
-
+    """The CUDA mode's Config; raises options.BadOption."""
     cfg = Config(device="cuda", backends=list(CUDA_BACKENDS), world_sizes=[1, 2], ops=list(CUDA_OPS),
                  spot_dtypes=[], scenarios=["ddp"], ddp_dim=1024, ddp_layers=8, ddp_batch=64, ddp_bucket_mb=25.0,
                  ddp_steps=10, ddp_repeats=4)
@@ -120,19 +90,19 @@ def config_from_args(a) -> Config:
     if a.spot_dtypes:
         raise BadOption("--spot-dtypes: --device cuda times float32 only")
     if a.scenarios is not None:
-        sc = [x for x in _csv_list(a.scenarios) if x != "none"]
+        sc = [x for x in csv_list(a.scenarios) if x != "none"]
         if any(x != "ddp" for x in sc):
             raise BadOption("--scenarios: --device cuda has the ddp scenario only (ddp or none)")
         cfg.scenarios = sc
     if a.scenario_world_sizes:
-        cfg.scenario_world_sizes = _ints("--scenario-world-sizes", a.scenario_world_sizes)
+        cfg.scenario_world_sizes = int_list("--scenario-world-sizes", a.scenario_world_sizes)
     for name in ("repeats", "max_iters", "ddp_steps", "ddp_repeats", "issue_ops"):
         if getattr(a, name):
             setattr(cfg, name, getattr(a, name))
     if a.target_ms:
         cfg.target_s = a.target_ms / 1e3
     if a.issue_max_bytes:
-        cfg.issue_max_bytes = _bytes("--issue-max-bytes", a.issue_max_bytes)
+        cfg.issue_max_bytes = byte_size("--issue-max-bytes", a.issue_max_bytes)
     set_process_options(a, cfg)
     check_timing(cfg)
     if cfg.issue_ops < 1:
@@ -167,9 +137,9 @@ def gpu_lines(world_sizes) -> list[str]:
 def main(a, parser, argv=None) -> int:
     """The CUDA mode's parent: check, spawn each world size, write the results."""
     from . import cuda_report
-    from .cli import BadOption, Live, run_world, set_rank_env
     from .config import scenario_list
     from .progress import Progress
+    from .spawn import Live, run_world
 
     try:
         cfg = config_from_args(a)

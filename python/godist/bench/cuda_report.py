@@ -19,7 +19,7 @@ import os
 from collections import defaultdict
 
 from .config import CUDA_BACKENDS, CUDA_OPS, human_bytes
-from .report import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, _bw, _f, _ratio, plot_into, read_csv
+from .results import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, fmt, fmt_bw, fmt_ratio, plot_into, read_csv
 from .table import Table
 
 CUDA_CSV_COLUMNS = CSV_COLUMNS + ["issue_us_per_op", "issue_ratio", "ref_backend"]
@@ -73,7 +73,7 @@ def ratio_table(rows, key="godist_speedup") -> list[str]:
         if k not in cells:
             order.append(k)
         v = r.get(key)
-        txt = _ratio(v) if _num(v) else ("-" if r["status"] == "ok" else r["status"])
+        txt = fmt_ratio(v) if _num(v) else ("-" if r["status"] == "ok" else r["status"])
         if key == "issue_ratio" and _num(v) and v > ISSUE_TARGET:
             txt = f"**{txt}**"
         if r.get("wrong"):
@@ -105,11 +105,11 @@ def op_tables(rows, ops, ratio=True) -> list[str]:
         align = ["---" if c == "backend" else "---:" for c in cols]
         out += ["", f"### {op}", "", "| " + " | ".join(cols) + " |", "| " + " | ".join(align) + " |"]
         for r in rs:
-            vals = [r["world_size"], human_bytes(int(r["size_bytes"])), r["count"], _label(r), _f(r.get("time_us")),
-                    _bw(r.get("algbw_GBps")), _bw(r.get("busbw_GBps")), _f(r.get("issue_us_per_op")),
-                    _f(r.get("cpu_us_per_op")), r.get("n_iters", ""), r.get("wrong", 0)]
+            vals = [r["world_size"], human_bytes(int(r["size_bytes"])), r["count"], _label(r), fmt(r.get("time_us")),
+                    fmt_bw(r.get("algbw_GBps")), fmt_bw(r.get("busbw_GBps")), fmt(r.get("issue_us_per_op")),
+                    fmt(r.get("cpu_us_per_op")), r.get("n_iters", ""), r.get("wrong", 0)]
             if ratio:
-                vals += [_ratio(r.get("godist_speedup")), _ratio(r.get("issue_ratio"))]
+                vals += [fmt_ratio(r.get("godist_speedup")), fmt_ratio(r.get("issue_ratio"))]
             out.append("| " + " | ".join(str(v) for v in vals) + " |")
         for r in rs:
             if r.get("error"):
@@ -126,8 +126,8 @@ def ddp_table(rows, ratio=True) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" if h in ("backend", "model") else "---:"
                                                           for h in head) + " |"]
     for r in rs:
-        vals = [r["world_size"], _label(r), r["variant"], _f(r.get("time_us")), _f(r.get("issue_us_per_op")),
-                r.get("wrong", 0)] + ([_ratio(r.get("godist_speedup"))] if ratio else [])
+        vals = [r["world_size"], _label(r), r["variant"], fmt(r.get("time_us")), fmt(r.get("issue_us_per_op")),
+                r.get("wrong", 0)] + ([fmt_ratio(r.get("godist_speedup"))] if ratio else [])
         out.append("| " + " | ".join(str(v) for v in vals) + " |")
     for r in rs:
         if r.get("error"):

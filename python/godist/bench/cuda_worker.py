@@ -19,6 +19,7 @@ import time
 
 from .cells import CellData, Variant
 from .config import REDUCING, Config, cell_list, human_bytes, scenario_list
+from .gpus import gpu_of, share_gpu_env
 from .scenarios import linear_stack
 from .worker import RankBench, _cpu_seconds, busbw_factor, run_rank
 
@@ -33,8 +34,6 @@ class CudaRankBench(RankBench):
     def __init__(self, rank: int, P: int, cfg: Config, store_path: str, q):
         import torch
         import torch.distributed as dist
-
-        from .cuda import gpu_of, share_gpu_env
 
         n_gpus = torch.cuda.device_count()
         self.gpu = gpu_of(rank, n_gpus)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -34,34 +33,19 @@ import tempfile
 import time
 
 from . import machine
-from .config import MALLOC_ENV, Config, human_bytes
-from .mpi import MPI_OPS
+from .config import HOSTS_OPS, MALLOC_ENV, Config, human_bytes, parse_rate
+from .options import BadOption, check_timing, csv_list, parse_ops, set_process_options, set_sizes
 from .table import Table
 
-HOSTS_OPS = MPI_OPS
 DEFAULT_RATES = ("1gbit", "10gbit")
 PORT = 29500  # every set of hosts has a network of its own
 PREFIX = "gdbench"
 GRACE_S = 20  # after a rank fails, how long the others get to report
 
 
-def parse_rate(text: str) -> float | None:
-    """Bits per second of a tbf rate ('1gbit', '100mbit', '10gbit'); None for
-    'none' (an unshaped link). ValueError otherwise."""
-    t = text.strip().lower()
-    if t == "none":
-        return None
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)bit", t)
-    if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"rate {text!r}: use e.g. 1gbit, 100mbit, 10gbit or none")
-    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
-
-
 def config_from_args(a) -> Config:
     """The hosts mode's Config, with ``hosts``, ``ranks_per_host`` and
-    ``rates`` on it; raises cli.BadOption."""
-    from .cli import BadOption, _csv_list, check_timing, parse_ops, set_process_options, set_sizes
-
+    ``rates`` on it; raises options.BadOption."""
     if a.device != "cpu" or a.mpi:
         raise BadOption("--hosts times CPU tensors in ranks it starts itself: leave out --device and --mpi")
     if a.hosts < 2:
@@ -98,7 +82,7 @@ def config_from_args(a) -> Config:
     if a.target_ms is not None:
         cfg.target_s = a.target_ms / 1e3
     if a.scenarios is not None:
-        sc = [x for x in _csv_list(a.scenarios) if x != "none"]
+        sc = [x for x in csv_list(a.scenarios) if x != "none"]
         if any(x != "ddp" for x in sc):
             raise BadOption("--scenarios: --hosts runs ddp or none")
         cfg.scenarios = sc
@@ -106,7 +90,7 @@ def config_from_args(a) -> Config:
     check_timing(cfg)
     if cfg.max_iters < 1:
         raise BadOption("--max-iters must be at least 1")
-    rates = list(dict.fromkeys(x.lower() for x in _csv_list(",".join(DEFAULT_RATES) if a.rates is None else a.rates)))
+    rates = list(dict.fromkeys(x.lower() for x in csv_list(",".join(DEFAULT_RATES) if a.rates is None else a.rates)))
     if not rates:
         raise BadOption("--rates: no rate given")
     for r in rates:
@@ -239,7 +223,6 @@ def run_rate(cfg: Config, rate: str, tmp: str, errors: list) -> RankOutput:
 
 
 def main(a, parser, argv=None) -> int:
-    from .cli import BadOption
 
     try:
         cfg = config_from_args(a)

@@ -26,9 +26,8 @@ import json
 import math
 import os
 
-from .config import human_bytes
-from .hosts import HOSTS_OPS, parse_rate
-from .report import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, _bw, _f, _ratio, plot_into, read_csv
+from .config import HOSTS_OPS, human_bytes, parse_rate
+from .results import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, fmt, fmt_bw, fmt_ratio, plot_into, read_csv
 
 HOSTS_CSV_COLUMNS = ["rate"] + CSV_COLUMNS + ["link_bound_us", "bound_pct"]
 STYLES = {"godist": dict(color="tab:blue", ls="-", marker="o", mfc="tab:blue"),
@@ -74,7 +73,7 @@ def _cells(rows, rate):
 
 
 def _ms(r):
-    return _f(r["time_us"] / 1e3, 2) if r is not None and r["status"] == "ok" and _num(r.get("time_us")) else "-"
+    return fmt(r["time_us"] / 1e3, 2) if r is not None and r["status"] == "ok" and _num(r.get("time_us")) else "-"
 
 
 def _bound_ms(us):
@@ -118,8 +117,8 @@ def summary_table(rows, meta) -> list[str]:
                               if op != "ddp_step") or "none"
         out.append(f"| {rate} | {topo.get('offload', '?')!r} | {human_bytes(ar[-1]) if ar else '-'} | {_ms(g)} | "
                    f"{_ms(b.get('gloo'))} | {_bound_ms(g.get('link_bound_us') if g else None)}"
-                   f" | {_pct(g.get('bound_pct') if g else None)} | {_ratio(g.get('godist_speedup') if g else None)} | "
-                   f"{_ratio(1 / ddp['godist_speedup']) if ddp and _num(ddp.get('godist_speedup')) else '-'} | "
+                   f" | {_pct(g.get('bound_pct') if g else None)} | {fmt_ratio(g.get('godist_speedup') if g else None)} | "
+                   f"{fmt_ratio(1 / ddp['godist_speedup']) if ddp and _num(ddp.get('godist_speedup')) else '-'} | "
                    f"{slow_text} |")
     return out
 
@@ -136,8 +135,8 @@ def all_reduce_table(rows, rate) -> list[str]:
         wrong = sum(max(0, int(r.get("wrong") or 0)) for r in (g, gl) if r)
         out.append(f"| {human_bytes(nb)} | {_ms(g)} | {_ms(gl)} | {_bound_ms(bound)} | "
                    f"{_pct(g.get('bound_pct') if g else None)} | {_pct(gl.get('bound_pct') if gl else None)} | "
-                   f"{_bw(g.get('busbw_GBps')) if g else '-'} | {_bw(gl.get('busbw_GBps')) if gl else '-'} | "
-                   f"{_ratio(g.get('godist_speedup') if g else None)} | {wrong}{' WRONG' if wrong else ''} |")
+                   f"{fmt_bw(g.get('busbw_GBps')) if g else '-'} | {fmt_bw(gl.get('busbw_GBps')) if gl else '-'} | "
+                   f"{fmt_ratio(g.get('godist_speedup') if g else None)} | {wrong}{' WRONG' if wrong else ''} |")
     return out
 
 
@@ -158,7 +157,7 @@ def ratio_matrix(rows, rate) -> list[str]:
                 vals.append(g["status"])
             else:
                 x = g.get("godist_speedup")
-                txt = _ratio(x)
+                txt = fmt_ratio(x)
                 vals.append((f"**{txt}**" if _num(x) and x < 1 else txt) + (" WRONG" if g.get("wrong") else ""))
         out.append(f"| {human_bytes(nb)} | " + " | ".join(vals) + " |")
     return out
@@ -173,9 +172,9 @@ def ddp_table(rows, rate) -> list[str]:
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rs:
         sp = r.get("godist_speedup")
-        out.append(f"| {r['backend']} | {_ms(r)} | {_f((r.get('p50_us') or math.nan) / 1e3, 1)} | "
-                   f"{_f((r.get('p95_us') or math.nan) / 1e3, 1)} | {_f((r.get('cpu_us_per_op') or math.nan) / 1e3, 1)}"
-                   f" | {r.get('wrong', 0)} | {_ratio(1 / sp) if _num(sp) else '-'} | {r['variant']} |")
+        out.append(f"| {r['backend']} | {_ms(r)} | {fmt((r.get('p50_us') or math.nan) / 1e3, 1)} | "
+                   f"{fmt((r.get('p95_us') or math.nan) / 1e3, 1)} | {fmt((r.get('cpu_us_per_op') or math.nan) / 1e3, 1)}"
+                   f" | {r.get('wrong', 0)} | {fmt_ratio(1 / sp) if _num(sp) else '-'} | {r['variant']} |")
     return out
 
 
@@ -194,8 +193,8 @@ def op_tables(rows, meta) -> list[str]:
         for r in rs:
             vals = [r["rate"], human_bytes(int(r["size_bytes"])), r["count"],
                     r["backend"] + ("" if r["status"] == "ok" else f" ({r['status']})"), r.get("transport", ""),
-                    _f(r.get("time_us")), _bw(r.get("algbw_GBps")), _bw(r.get("busbw_GBps")), _pct(r.get("bound_pct")),
-                    _f(r.get("p50_us")), _f(r.get("p95_us")), _f(r.get("cpu_us_per_op")), r.get("n_iters", ""),
+                    fmt(r.get("time_us")), fmt_bw(r.get("algbw_GBps")), fmt_bw(r.get("busbw_GBps")), _pct(r.get("bound_pct")),
+                    fmt(r.get("p50_us")), fmt(r.get("p95_us")), fmt(r.get("cpu_us_per_op")), r.get("n_iters", ""),
                     r.get("wrong", 0)]
             out.append("| " + " | ".join(str(v) for v in vals) + " |")
         for r in rs:

@@ -21,84 +21,28 @@ Every process mpirun starts is one rank; nothing is spawned here. Each rank:
 5. rank 0 prints the table as cells finish and writes results.csv,
    results.md, meta.json and results.png (``mpi_report.py``).
 
-Test hook (godist's tests only): where ``mpi://`` has no rendezvous handler
-(a godist without its MPI path) and GODIST_BENCH_MPI_FILESTORE names a file
-path, the default group is made from the launcher's variables
-(OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE) with a FileStore there.
+How a rank finds its launcher and makes the default group: ``mpi_launch.py``.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-import re
 import shlex
-import subprocess
 import sys
 import time
 import traceback
 
-from .config import Config, human_bytes
+from .config import MPI_GROUPS, MPI_OPS, Config, human_bytes
+from .mpi_launch import NoMpiRendezvous, launcher
+from .options import BadOption, check_timing, csv_list, parse_ops, set_process_options, set_rank_env, set_sizes
 
-MPI_OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
-# The timed groups, in column order: godist on its own transports, godist
-# over MPI, gloo.
-MPI_GROUPS = ("godist", "godist-mpi", "gloo")
 NO_LAUNCHER_EXIT = 1
-FILESTORE_HOOK = "GODIST_BENCH_MPI_FILESTORE"
 LAUNCH_HINT = "mpirun -np 2 python -m godist.bench --mpi"
 
 
-def launcher() -> tuple[str, int, int, int] | None:
-    """(MPI implementation, rank, size, ranks on this host) from the
-    launcher's environment; None outside an MPI launcher."""
-    env = os.environ
-    if "OMPI_COMM_WORLD_SIZE" in env:
-        size = int(env["OMPI_COMM_WORLD_SIZE"])
-        return ("Open MPI", int(env.get("OMPI_COMM_WORLD_RANK", 0)), size,
-                int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", size)))
-    if "PMI_SIZE" in env:
-        size = int(env["PMI_SIZE"])
-        return "MPICH", int(env.get("PMI_RANK", 0)), size, int(env.get("MPI_LOCALNRANKS", size))
-    return None
-
-
-def mpi_description(impl: str) -> str:
-    """The MPI implementation and version: godist.mpi_info() where godist has
-    it, else the launcher's ``--version``."""
-    try:
-        import godist
-
-        info = getattr(godist, "mpi_info", None)
-        if info is not None:
-            v = info()
-            if isinstance(v, dict):
-                # "Open MPI v4.1.4, ...; godist's shim libgodist_mpi_openmpi.so; MPI_THREAD_MULTIPLE"
-                # (the shim by its file name, not where this machine keeps it)
-                parts = [v.get("version") or v.get("impl", "MPI"),
-                         f"godist's shim {os.path.basename(v['shim'])}" if v.get("shim") else "",
-                         v.get("provided_name") or "",
-                         "initialised by godist" if v.get("initialized_by_godist") else ""]
-                return "; ".join(p for p in parts if p)
-            return str(v)
-    except Exception:  # noqa: BLE001 - fall back to the launcher
-        pass
-    cmds = {"Open MPI": ("mpirun.openmpi", "ompi_info", "mpirun"), "MPICH": ("mpirun.mpich", "mpichversion", "mpirun")}
-    for exe in cmds.get(impl, ("mpirun",)):
-        try:
-            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20).stdout
-        except (OSError, subprocess.SubprocessError):
-            continue
-        m = re.search(r"Version:\s*(\S+)", out) or re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", out)
-        if m:
-            return f"{impl} {m.group(1)} (from {exe} --version)"
-    return f"{impl} (version unknown)"
-
-
 def config_from_args(a) -> Config:
-    """The MPI mode's Config; raises cli.BadOption."""
-    from .cli import BadOption, _csv_list, check_timing, parse_ops, set_process_options, set_sizes
-
+    """The MPI mode's Config; raises options.BadOption."""
     if a.device != "cpu":
         raise BadOption("--mpi times CPU tensors: leave out --device")
     if a.world_sizes is not None:
@@ -107,7 +51,7 @@ def config_from_args(a) -> Config:
         raise BadOption("--backends: --mpi always times godist, godist over MPI and gloo")
     if a.spot_dtypes:
         raise BadOption("--spot-dtypes: --mpi times float32 only")
-    if a.scenarios is not None and any(x != "none" for x in _csv_list(a.scenarios)):
+    if a.scenarios is not None and any(x != "none" for x in csv_list(a.scenarios)):
         raise BadOption("--scenarios: --mpi runs no scenarios (none)")
     cfg = Config(mode="mpi", backends=list(MPI_GROUPS), world_sizes=[], ops=list(MPI_OPS), spot_dtypes=[],
                  scenarios=[])
@@ -134,44 +78,8 @@ def config_from_args(a) -> Config:
     return cfg
 
 
-class NoMpiRendezvous(RuntimeError):
-    """``init_method="mpi://"`` has no rendezvous handler in this godist."""
-
-
-def _mpi_registered() -> bool:
-    import importlib
-
-    import godist  # noqa: F401  (registers mpi:// where godist has its MPI path)
-
-    # The module, not torch.distributed's function of the same name.
-    rdzv = importlib.import_module("torch.distributed.rendezvous")
-    return "mpi" in getattr(rdzv, "_rendezvous_handlers", {})
-
-
-def init_default(timeout):
-    """The default group on godist, from MPI; the test hook's FileStore where
-    mpi:// is not there. Returns how it was made."""
-    import torch.distributed as dist
-
-    import godist  # noqa: F401  (registers the backend and, with the MPI path, mpi://)
-
-    if _mpi_registered():
-        dist.init_process_group("godist", init_method="mpi://", timeout=timeout)
-        return "init_method mpi://"
-    path = os.environ.get(FILESTORE_HOOK)
-    if not path:
-        raise NoMpiRendezvous(
-            "init_method='mpi://' is not registered: this godist has no MPI rendezvous (godist/_mpi.py, registered "
-            "by `import godist`); --mpi needs a godist built with its MPI path")
-    _, rank, size, _ = launcher()
-    dist.init_process_group("godist", init_method=f"file://{path}", rank=rank, world_size=size, timeout=timeout)
-    return f"test hook {FILESTORE_HOOK} (FileStore; mpi:// not registered)"
-
-
 def main(a, parser, argv=None) -> int:
     """One MPI rank of the MPI mode."""
-    from .cli import BadOption, set_rank_env
-
     where = launcher()
     if where is None:
         print("--mpi: not started by an MPI launcher (neither OMPI_COMM_WORLD_SIZE nor PMI_SIZE is set). Every "

@@ -17,9 +17,8 @@ import json
 import math
 import os
 
-from .config import human_bytes
-from .mpi import MPI_GROUPS, MPI_OPS
-from .report import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, _bw, _f, _ratio, plot_into
+from .config import MPI_GROUPS, MPI_OPS, human_bytes
+from .results import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, fmt, fmt_bw, fmt_ratio, plot_into
 
 MPI_CSV_COLUMNS = CSV_COLUMNS + ["mpi_speedup"]
 LABELS = {"godist": "godist", "godist-mpi": "godist over MPI", "gloo": "gloo"}
@@ -76,7 +75,7 @@ class MpiTable:
         god, mpi = r0.get("godist_speedup"), r0.get("mpi_speedup")
         out.append(f"  {r0['size_bytes']:>10} {r0['count']:>10} {_time_text(b.get('godist'), 11)} "
                    f"{_time_text(b.get('godist-mpi'), 11)} {_time_text(b.get('gloo'), 11)} {wrong:>7} "
-                   f"{_ratio(god) if _num(god) else '-':>11} {_ratio(mpi) if _num(mpi) else '-':>9}")
+                   f"{fmt_ratio(god) if _num(god) else '-':>11} {fmt_ratio(mpi) if _num(mpi) else '-':>9}")
         return out
 
 
@@ -96,10 +95,10 @@ def summary_table(rows) -> list[str]:
             r = b.get(name)
             if r is None:
                 return "-"
-            return _f(r.get("time_us"), 2) if r["status"] == "ok" else r["status"]
+            return fmt(r.get("time_us"), 2) if r["status"] == "ok" else r["status"]
         wrong = sum(max(0, int(r.get("wrong") or 0)) for r in rs)
         out.append(f"| {op} | {human_bytes(nb)} | {t('godist')} | {t('godist-mpi')} | {t('gloo')} | "
-                   f"{_ratio(rs[0].get('godist_speedup'))} | {_ratio(rs[0].get('mpi_speedup'))} | "
+                   f"{fmt_ratio(rs[0].get('godist_speedup'))} | {fmt_ratio(rs[0].get('mpi_speedup'))} | "
                    f"{wrong if wrong else 0}{' WRONG' if wrong else ''} |")
     return out
 
@@ -117,9 +116,9 @@ def op_tables(rows) -> list[str]:
                 "| " + " | ".join("---" if c in ("group", "transport") else "---:" for c in cols) + " |"]
         for r in rs:
             vals = [human_bytes(int(r["size_bytes"])), r["count"], LABELS[r["backend"]] + (
-                "" if r["status"] == "ok" else f" ({r['status']})"), r.get("transport", ""), _f(r.get("time_us")),
-                _bw(r.get("algbw_GBps")), _bw(r.get("busbw_GBps")), _f(r.get("p50_us")), _f(r.get("p95_us")),
-                _f(r.get("cpu_us_per_op")), r.get("n_iters", ""), r.get("wrong", 0)]
+                "" if r["status"] == "ok" else f" ({r['status']})"), r.get("transport", ""), fmt(r.get("time_us")),
+                fmt_bw(r.get("algbw_GBps")), fmt_bw(r.get("busbw_GBps")), fmt(r.get("p50_us")), fmt(r.get("p95_us")),
+                fmt(r.get("cpu_us_per_op")), r.get("n_iters", ""), r.get("wrong", 0)]
             out.append("| " + " | ".join(str(v) for v in vals) + " |")
         errs = {(r["backend"], r["error"]) for r in rs if r.get("error")}
         for b, e in sorted(errs):

@@ -12,8 +12,8 @@ import time
 
 from . import machine
 from .cells import CellData, Variant
-from .config import human_bytes
-from .mpi import MPI_GROUPS, init_default, mpi_description
+from .config import MPI_GROUPS, human_bytes
+from .mpi_launch import init_default, mpi_description
 from .worker import RankBench, error_text
 
 

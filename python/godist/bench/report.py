@@ -8,45 +8,16 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 from collections import defaultdict
 
 from .config import BACKENDS, OPS, human_bytes
-
-CSV_COLUMNS = ["world_size", "op", "variant", "backend", "dtype", "redop", "nominal_bytes", "size_bytes", "count",
-               "n_iters", "repeats", "time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "p50_us", "p95_us",
-               "cpu_us_per_op", "godist_speedup", "speedup_vs", "wrong", "status", "transport", "error"]
+from .results import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, fmt, fmt_bw, fmt_ratio, plot_into, read_csv
 
 MD_COLUMNS = ["P", "size", "count", "type", "redop", "backend", "time (µs)", "algbw (GB/s)", "busbw (GB/s)",
               "p50 (µs)", "p95 (µs)", "CPU/op (µs)", "n", "#wrong", "godist/gloo"]
 
 SCENARIO_OPS = ("ddp_step", "infer_loop", "async_loop")
-CSV_NAME, MD_NAME, PNG_NAME, META_NAME = "results.csv", "results.md", "results.png", "meta.json"
-
-
-def _f(x, nd=1):
-    if x is None or x == "" or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if isinstance(x, float):
-        if abs(x) >= 1e5:
-            return f"{x:.0f}"
-        if abs(x) < 0.01:
-            return f"{x:.2g}" if x else "0"
-        return f"{x:.{nd}f}"
-    return str(x)
-
-
-def _bw(x):
-    if x is None or x == "" or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return f"{x:.3f}" if x < 10 else f"{x:.2f}"
-
-
-def _ratio(x):
-    if x is None or x == "" or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return f"{x:.2f}"
 
 
 def has_ratio(rows, meta: dict | None = None) -> bool:
@@ -98,7 +69,7 @@ def ratio_table(rows, key="time_us") -> list[str]:
         else:
             g, gl = r.get(key), ref.get((r["world_size"],) + k)
             v = gl / g if g and gl else None
-        txt = _ratio(v)
+        txt = fmt_ratio(v)
         if r["status"] != "ok":
             txt = r["status"]
         if r.get("wrong"):
@@ -128,10 +99,10 @@ def scenario_table(rows, ratio: bool = True) -> list[str]:
         align.append("---:")
     out = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
     for r in sorted(sc, key=lambda r: (r["op"], r["world_size"], r["backend"] != "godist")):
-        vals = [r["op"], r["world_size"], _backend_label(r), r["variant"], _f(r.get("time_us")), _f(r.get("p50_us")),
-                _f(r.get("p95_us")), _f(r.get("cpu_us_per_op")), r.get("wrong", 0)]
+        vals = [r["op"], r["world_size"], _backend_label(r), r["variant"], fmt(r.get("time_us")), fmt(r.get("p50_us")),
+                fmt(r.get("p95_us")), fmt(r.get("cpu_us_per_op")), r.get("wrong", 0)]
         if ratio:
-            vals.append(_ratio(r.get("godist_speedup")))
+            vals.append(fmt_ratio(r.get("godist_speedup")))
         out.append("| " + " | ".join(str(v) for v in vals) + " |")
     return out
 
@@ -148,10 +119,10 @@ def op_tables(rows, ratio: bool = True) -> list[str]:
         out += ["", f"### {op}", "", "| " + " | ".join(cols) + " |", "| " + " | ".join(align) + " |"]
         for r in rs:
             vals = [r["world_size"], _size_label(r), r["count"], r["dtype"], r["redop"], _backend_label(r),
-                    _f(r.get("time_us")), _bw(r.get("algbw_GBps")), _bw(r.get("busbw_GBps")), _f(r.get("p50_us")),
-                    _f(r.get("p95_us")), _f(r.get("cpu_us_per_op")), r.get("n_iters", ""), r.get("wrong", 0)]
+                    fmt(r.get("time_us")), fmt_bw(r.get("algbw_GBps")), fmt_bw(r.get("busbw_GBps")), fmt(r.get("p50_us")),
+                    fmt(r.get("p95_us")), fmt(r.get("cpu_us_per_op")), r.get("n_iters", ""), r.get("wrong", 0)]
             if ratio:
-                vals.append(_ratio(r.get("godist_speedup")))
+                vals.append(fmt_ratio(r.get("godist_speedup")))
             out.append("| " + " | ".join(str(v) for v in vals) + " |")
         errs = [r for r in rs if r.get("error")]
         for r in errs:
@@ -219,24 +190,6 @@ def write_markdown(rows, meta: dict, path: str, png_name: str | None):
         f.write("\n".join(lines))
 
 
-INT_COLUMNS = ("world_size", "nominal_bytes", "size_bytes", "count", "n_iters", "repeats", "wrong")
-FLOAT_COLUMNS = ("time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "p50_us", "p95_us", "cpu_us_per_op",
-                 "godist_speedup")
-
-
-def read_csv(path):
-    """Rows of a results.csv with numbers back as numbers (None if empty)."""
-    rows = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            for k in INT_COLUMNS:
-                r[k] = int(r[k]) if r.get(k) not in (None, "") else None
-            for k in FLOAT_COLUMNS:
-                r[k] = float(r[k]) if r.get(k) not in (None, "") else None
-            rows.append(r)
-    return rows
-
-
 def render(out_dir, want_plot=True):
     """Rewrite results.md (and the PNG) from results.csv and meta.json."""
     with open(os.path.join(out_dir, META_NAME)) as f:
@@ -251,21 +204,6 @@ def render(out_dir, want_plot=True):
 
         return cuda_report.render(out_dir, meta, want_plot)
     return write_all(read_csv(os.path.join(out_dir, CSV_NAME)), meta, out_dir, want_plot, write_data=False)
-
-
-def plot_into(paths, out_dir, meta, draw):
-    """Draw the PNG with ``draw(path) -> bool`` into out_dir/results.png,
-    named in ``paths["png"]``; returns its name for the markdown, or None
-    (``paths`` then has no "png"). A failure is recorded in meta["errors"]:
-    it must not lose the numbers."""
-    paths["png"] = os.path.join(out_dir, PNG_NAME)
-    try:
-        if draw(paths["png"]):
-            return PNG_NAME
-    except Exception as e:  # noqa: BLE001 - a plot failure must not lose the numbers
-        meta.setdefault("errors", []).append(f"plot failed: {type(e).__name__}: {e}")
-    paths.pop("png")
-    return None
 
 
 def write_all(rows, meta, out_dir, want_plot=True, write_data=True):

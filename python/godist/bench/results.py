@@ -1,0 +1,77 @@
+"""What every mode's results have in common (``report.py`` for the CPU mode,
+``cuda_report.py``, ``hosts_report.py``, ``mpi_report.py``): the files'
+names, the CSV's columns and how to read it back, the number formats of the
+tables, and drawing the PNG without losing the numbers."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+CSV_COLUMNS = ["world_size", "op", "variant", "backend", "dtype", "redop", "nominal_bytes", "size_bytes", "count",
+               "n_iters", "repeats", "time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "p50_us", "p95_us",
+               "cpu_us_per_op", "godist_speedup", "speedup_vs", "wrong", "status", "transport", "error"]
+
+CSV_NAME, MD_NAME, PNG_NAME, META_NAME = "results.csv", "results.md", "results.png", "meta.json"
+
+
+def fmt(x, nd=1):
+    """A number for a table: "-" when missing, else with ``nd`` decimals (fewer
+    or more digits for very large or small values)."""
+    if x is None or x == "" or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, float):
+        if abs(x) >= 1e5:
+            return f"{x:.0f}"
+        if abs(x) < 0.01:
+            return f"{x:.2g}" if x else "0"
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def fmt_bw(x):
+    """A bandwidth in GB/s for a table ("-" when missing)."""
+    if x is None or x == "" or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.3f}" if x < 10 else f"{x:.2f}"
+
+
+def fmt_ratio(x):
+    """A ratio for a table ("-" when missing)."""
+    if x is None or x == "" or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.2f}"
+
+
+INT_COLUMNS = ("world_size", "nominal_bytes", "size_bytes", "count", "n_iters", "repeats", "wrong")
+FLOAT_COLUMNS = ("time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "p50_us", "p95_us", "cpu_us_per_op",
+                 "godist_speedup")
+
+
+def read_csv(path):
+    """Rows of a results.csv with numbers back as numbers (None if empty)."""
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            for k in INT_COLUMNS:
+                r[k] = int(r[k]) if r.get(k) not in (None, "") else None
+            for k in FLOAT_COLUMNS:
+                r[k] = float(r[k]) if r.get(k) not in (None, "") else None
+            rows.append(r)
+    return rows
+
+
+def plot_into(paths, out_dir, meta, draw):
+    """Draw the PNG with ``draw(path) -> bool`` into out_dir/results.png,
+    named in ``paths["png"]``; returns its name for the markdown, or None
+    (``paths`` then has no "png"). A failure is recorded in meta["errors"]:
+    it must not lose the numbers."""
+    paths["png"] = os.path.join(out_dir, PNG_NAME)
+    try:
+        if draw(paths["png"]):
+            return PNG_NAME
+    except Exception as e:  # noqa: BLE001 - a plot failure must not lose the numbers
+        meta.setdefault("errors", []).append(f"plot failed: {type(e).__name__}: {e}")
+    paths.pop("png")
+    return None
