@@ -266,7 +266,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     package_dir={"": "python"},
-    packages=find_packages(where="python"),  # godist and its subpackages (godist.bench)
+    packages=find_packages(where="python"),  # godist and its subpackages (godist.bench, godist.info)
     package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h", "py.typed", GPUINFO, "mpi/*.so"]},
     install_requires=["torch>=2.11"],
     entry_points={

@@ -115,7 +115,7 @@ _DECLS = {
     "godist_dump_on_signal": (c_int, [c_int32]),
     # authentication (capi/auth.go): the job secret for what is created next
     "godist_set_secret": (None, [c_char_p, c_int64]),
-    # host report (capi/info.go; used by godist/info.py): JSON into (buf, capacity, *outlen)
+    # host report (capi/info.go; used by godist/info/): JSON into (buf, capacity, *outlen)
     "godist_build_info": (c_int, [c_void_p, c_int64, POINTER(c_int64)] + _ERR),
     "godist_probe_shm": (c_int, [c_char_p, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
     "godist_probe_tcp": (c_int, [c_char_p, c_char_p, c_char_p, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
