@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godist/godist/assemble"
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -22,7 +23,7 @@ func TestLateRankAfterPeerGaveUp(t *testing.T) {
 	require.NoError(t, err)
 	require.Error(t, w.Err())
 	// The notice is on its way; rank 1 comes back once it has arrived.
-	require.True(t, waitUntil(5*time.Second, func() bool { return pgs[1].abandoned.Load() != nil }))
+	require.True(t, testutil.WaitUntil(5*time.Second, func() bool { return pgs[1].abandoned.Load() != nil }))
 	w, err = pgs[1].AllReduce(i64s(2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
 	require.NoError(t, err)
 	err = w.Err()
@@ -92,7 +93,7 @@ func TestLateRankAfterPeerGaveUpReal(t *testing.T) {
 			require.NoError(t, err)
 			require.ErrorIs(t, w.Err(), transport.ErrTimeout)
 			if tr == assemble.TransportTCP {
-				require.True(t, waitUntil(5*time.Second, func() bool { return pgs[1].abandoned.Load() != nil }))
+				require.True(t, testutil.WaitUntil(5*time.Second, func() bool { return pgs[1].abandoned.Load() != nil }))
 			}
 			w, err = pgs[1].AllReduce(i64s(2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
 			require.NoError(t, err)
@@ -112,7 +113,7 @@ func TestRunningOpFailsOnNotice(t *testing.T) {
 	pgs, _ := group(t, 2, 5*time.Second)
 	w1, err := pgs[1].AllReduce(i64s(2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
 	require.NoError(t, err)
-	require.True(t, waitUntil(5*time.Second, func() bool { return pgs[1].entered.Load() >= 1 }))
+	require.True(t, testutil.WaitUntil(5*time.Second, func() bool { return pgs[1].entered.Load() >= 1 }))
 	var b [giveUpSize]byte
 	b[0] = 1 // seq 1
 	b[8] = giveUpGone

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -424,7 +425,7 @@ func timeoutMissingAfterPeersLeft(t *testing.T, late bool) {
 	errs := onAll(t, pgs[:3], func(r int, pg *ProcessGroup) (*Work, error) {
 		if r != 1 {
 			// Rank 1 has joined by the time ranks 0 and 2 time out.
-			if !waitUntil(10*time.Second, func() bool { return pgs[1].entered.Load() >= 1 }) {
+			if !testutil.WaitUntil(10*time.Second, func() bool { return pgs[1].entered.Load() >= 1 }) {
 				t.Error("rank 1 never started its all_reduce")
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
@@ -209,7 +210,7 @@ func requirePending(t *testing.T, w *Work) {
 func noGoroutineLeak(t *testing.T, before int) {
 	t.Helper()
 	var n int
-	ok := waitUntil(5*time.Second, func() bool {
+	ok := testutil.WaitUntil(5*time.Second, func() bool {
 		n = runtime.NumGoroutine()
 		return n <= before
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godist/godist/assemble"
+	"github.com/godist/godist/internal/testutil"
 )
 
 // goroutineStates maps each goroutine's stack dump to the state in its
@@ -55,7 +56,7 @@ func TestIdleGroupWaitsParked(t *testing.T) {
 			// while before it parks.
 			var bad []string
 			var found map[string]int
-			waitUntil(10*time.Second, func() bool {
+			testutil.WaitUntil(10*time.Second, func() bool {
 				bad, found = bad[:0], map[string]int{}
 				resting := false
 				for stack, state := range goroutineStates() {

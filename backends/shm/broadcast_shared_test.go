@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -122,7 +123,7 @@ func TestSharedBroadcastReadFails(t *testing.T) {
 		if reads.Add(1) > 2 {
 			return 0, syscall.EFAULT
 		}
-		waitUntil(10*time.Second, writing.Load) // the root is copying too
+		testutil.WaitUntil(10*time.Second, writing.Load) // the root is copying too
 		return readProcess(pid, addr, p)
 	}
 	t.Cleanup(func() { readMemory = readProcess })

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -103,7 +104,7 @@ func TestDeadPeer(t *testing.T) {
 				}
 				errs := onAll(arenas, func(r int, a *Arena) error {
 					if r == 2 {
-						if !waitUntil(10*time.Second, func() bool { return asleep(a) >= waiters }) {
+						if !testutil.WaitUntil(10*time.Second, func() bool { return asleep(a) >= waiters }) {
 							t.Errorf("%d ranks asleep waiting, want %d", asleep(a), waiters)
 						}
 						if how == "abort" {
@@ -140,7 +141,7 @@ func TestCloseWhileWaiting(t *testing.T) {
 	arenas := openGroup(t, 2, nil)
 	done := make(chan error)
 	go func() { done <- arenas[0].Barrier(testCtx(t, 30*time.Second)) }()
-	require.True(t, waitUntil(10*time.Second, func() bool { return asleep(arenas[1]) == 1 }), "rank 0 never slept in its barrier")
+	require.True(t, testutil.WaitUntil(10*time.Second, func() bool { return asleep(arenas[1]) == 1 }), "rank 0 never slept in its barrier")
 	require.NoError(t, arenas[0].Close())
 	select {
 	case err := <-done:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/reduce"
 )
 
@@ -162,23 +163,10 @@ func refReduce(t testing.TB, d dtypeCase, bufs [][]byte) []byte {
 // requireNoLeak waits (briefly) for the goroutine count to fall back to base.
 func requireNoLeak(t testing.TB, base int) {
 	t.Helper()
-	if !waitUntil(5*time.Second, func() bool { return runtime.NumGoroutine() <= base }) {
+	if !testutil.WaitUntil(5*time.Second, func() bool { return runtime.NumGoroutine() <= base }) {
 		buf := make([]byte, 1<<16)
 		t.Fatalf("goroutines leaked: %d > %d\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
 	}
-}
-
-// waitUntil polls cond until it holds or within has passed, and reports
-// whether it held. Safe on any goroutine.
-func waitUntil(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
 }
 
 // asleep counts the waits, by any rank of a's group, that are in the sleep

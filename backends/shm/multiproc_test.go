@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -92,7 +93,7 @@ func childMain(mode string) int {
 			if rank == crash {
 				// Die without closing once the others wait for this rank
 				// in the next all-reduce.
-				if !waitUntil(20*time.Second, func() bool { return asleep(a) >= size-1 }) {
+				if !testutil.WaitUntil(20*time.Second, func() bool { return asleep(a) >= size-1 }) {
 					return fmt.Errorf("the other ranks never waited: %d asleep", asleep(a))
 				}
 				os.Exit(3)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -85,7 +86,7 @@ func TestProgress(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			// Sent while the waiter waits in Progress.
-			if !waitUntil(10*time.Second, inProgress) {
+			if !testutil.WaitUntil(10*time.Second, inProgress) {
 				t.Error("the waiter never waited in Progress")
 			}
 			if err := trs[0].Send(ctx, 1, tag, want); err != nil {
@@ -114,7 +115,7 @@ func TestProgress(t *testing.T) {
 	a.Progress(r.Done(), time.Time{})
 	// Closing the arena ends a Progress wait.
 	go func() {
-		if !waitUntil(10*time.Second, inProgress) {
+		if !testutil.WaitUntil(10*time.Second, inProgress) {
 			t.Error("the waiter never waited in Progress")
 		}
 		trs[1].Close()

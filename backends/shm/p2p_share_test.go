@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -34,7 +35,7 @@ func holdReads(t *testing.T, cond func() bool) {
 	var held atomic.Bool
 	readMemory = func(pid int, addr uintptr, p []byte) (int, error) {
 		if len(p) > 8 && !held.Load() {
-			waitUntil(10*time.Second, cond)
+			testutil.WaitUntil(10*time.Second, cond)
 			held.Store(true)
 		}
 		return readProcess(pid, addr, p)
@@ -49,7 +50,7 @@ func holdWrites(t *testing.T, cond func() bool) (started, held *atomic.Bool) {
 	started, held = new(atomic.Bool), new(atomic.Bool)
 	writeMemory = func(pid int, addr uintptr, p []byte) (int, error) {
 		if !started.Swap(true) {
-			held.Store(waitUntil(10*time.Second, cond))
+			held.Store(testutil.WaitUntil(10*time.Second, cond))
 		}
 		return writeProcess(pid, addr, p)
 	}
@@ -175,7 +176,7 @@ func TestSharedCopyReadFails(t *testing.T) {
 	readMemory = func(pid int, addr uintptr, p []byte) (int, error) {
 		if len(p) > 8 { // a piece, not a probe
 			ch := rx.lay.ch(0, 1)
-			waitUntil(10*time.Second, func() bool { return writing.Load() || rx.u32(ch+chBroken).Load() != 0 })
+			testutil.WaitUntil(10*time.Second, func() bool { return writing.Load() || rx.u32(ch+chBroken).Load() != 0 })
 		}
 		// The probes (both ways at Open, then the receiver's before the
 		// first message) succeed; the first piece fails.

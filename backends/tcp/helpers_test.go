@@ -3,30 +3,7 @@ package tcp
 import (
 	"runtime"
 	"strings"
-	"testing"
-	"time"
 )
-
-// waitUntil polls cond until it holds or within has passed, and reports
-// whether it held. Safe on any goroutine.
-func waitUntil(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
-}
-
-// eventually fails the test if cond does not hold within the given time.
-func eventually(t testing.TB, within time.Duration, cond func() bool, what string) {
-	t.Helper()
-	if !waitUntil(within, cond) {
-		t.Fatalf("not within %v: %s", within, what)
-	}
-}
 
 // goroutineIn reports whether some goroutine is in state (as a stack dump
 // shows it: "syscall", "IO wait", ...) with every one of fns in its stack

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -167,7 +168,7 @@ func TestSleepingWaiterWakesOnBreak(t *testing.T) {
 			r := trs[1].PostRecv(0, transport.P2PTag(1), make([]byte, 8))
 			errc := make(chan error, 1)
 			go func() { errc <- r.Wait(ctx) }()
-			eventually(t, 10*time.Second, func() bool {
+			testutil.Eventually(t, 10*time.Second, func() bool {
 				return goroutineIn("syscall", "tcp.pollUntil(", "tcp.TestSleepingWaiterWakesOnBreak")
 			}, "the waiter never slept in poll(2)")
 			start := time.Now()
@@ -244,7 +245,7 @@ func TestWaitAllOverTCP(t *testing.T) {
 						// Late, one at a time: once rank 0 waits for this
 						// peer in WaitAll, reading its socket itself, and
 						// has the previous peer's message.
-						if !waitUntil(10*time.Second, func() bool {
+						if !testutil.WaitUntil(10*time.Second, func() bool {
 							if p > 1 {
 								select {
 								case <-rs[p-2].Done():
@@ -271,7 +272,7 @@ func TestWaitAllOverTCP(t *testing.T) {
 				rs = append(rs, trs[0].PostRecv(p, transport.P2PTag(9), make([]byte, 4)))
 			}
 			go func() {
-				if !waitUntil(10*time.Second, func() bool { return trs[0].peers[3].helpers.Load() > 0 }) {
+				if !testutil.WaitUntil(10*time.Second, func() bool { return trs[0].peers[3].helpers.Load() > 0 }) {
 					t.Error("rank 0 never waited for peer 3")
 				}
 				trs[3].Abort(transport.ErrClosed)
@@ -326,7 +327,7 @@ func TestParkWakesOnDataAndBreak(t *testing.T) {
 	x, y := sockPair(t)
 	_ = x
 	c = park(y)
-	eventually(t, 10*time.Second, func() bool {
+	testutil.Eventually(t, 10*time.Second, func() bool {
 		return goroutineIn("IO wait", "tcp.(*sock).park(", "tcp.TestParkWakesOnDataAndBreak")
 	}, "park never waited in the poller")
 	y.shut()
@@ -368,7 +369,7 @@ func TestLowWaterMark(t *testing.T) {
 	first := 512 << 10
 	require.NoError(t, tx.writeParts([][]byte{hdr[:], msg[:first]}, n, time.Time{}, nil))
 	want := min(n-first, rcvLowatMax)
-	eventually(t, 10*time.Second, func() bool { return rcvLowat(t, rx) == want }, fmt.Sprintf("low-water mark not raised to %d", want))
+	testutil.Eventually(t, 10*time.Second, func() bool { return rcvLowat(t, rx) == want }, fmt.Sprintf("low-water mark not raised to %d", want))
 	require.NoError(t, tx.writeParts([][]byte{msg[first:], zeroPad[:padding(n)]}, n, time.Time{}, nil))
 	require.NoError(t, <-done)
 	require.Equal(t, msg, buf)
@@ -378,7 +379,7 @@ func TestLowWaterMark(t *testing.T) {
 	small := make([]byte, 8)
 	r2 := trs[1].PostRecv(0, transport.P2PTag(2), small)
 	go func() { done <- r2.Wait(ctx) }()
-	eventually(t, 10*time.Second, func() bool {
+	testutil.Eventually(t, 10*time.Second, func() bool {
 		return goroutineIn("syscall", "tcp.pollUntil(", "tcp.TestLowWaterMark")
 	}, "the waiter never slept in poll(2)")
 	start := time.Now()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/transport/transporttest"
@@ -134,7 +135,7 @@ func TestHelpAndReaderInterleave(t *testing.T) {
 			// The next two messages of each sender are sent before their
 			// receives are posted.
 			want := int64(min(i+3, total))
-			eventually(t, 10*time.Second, func() bool { return sent[1].Load() >= want && sent[2].Load() >= want },
+			testutil.Eventually(t, 10*time.Second, func() bool { return sent[1].Load() >= want && sent[2].Load() >= want },
 				"the senders did not get ahead of the receives")
 		}
 	}
@@ -186,7 +187,7 @@ func TestHelpSeesPeerLoss(t *testing.T) {
 	defer cancel()
 	r := trs[0].PostRecv(1, transport.P2PTag(0), make([]byte, 8))
 	go func() {
-		if !waitUntil(10*time.Second, func() bool { return trs[0].peers[1].helpers.Load() > 0 }) {
+		if !testutil.WaitUntil(10*time.Second, func() bool { return trs[0].peers[1].helpers.Load() > 0 }) {
 			t.Error("the waiter never read the socket itself")
 		}
 		trs[1].Abort(errors.New("killed"))
@@ -446,7 +447,7 @@ func TestThirdPeerLossFailsWaiter(t *testing.T) {
 		r := trs[1].PostRecv(0, transport.P2PTag(1), make([]byte, 8))
 		errc := make(chan error, 1)
 		go func() { errc <- r.Wait(ctx) }()
-		eventually(t, 10*time.Second, func() bool { return trs[1].peers[0].helpers.Load() > 0 },
+		testutil.Eventually(t, 10*time.Second, func() bool { return trs[1].peers[0].helpers.Load() > 0 },
 			"rank 1 never read rank 0's socket itself")
 		start := time.Now()
 		trs[2].Abort(errors.New("killed"))
@@ -514,7 +515,7 @@ func TestCancelMidFrameAfterSilence(t *testing.T) {
 	part := append(hdr[:], make([]byte, 4096)...)
 	require.NoError(t, trs[1].peers[0].sk.write(part, time.Now().Add(5*time.Second), nil))
 	rd := trs[0].peers[1].rd
-	eventually(t, 5*time.Second, func() bool {
+	testutil.Eventually(t, 5*time.Second, func() bool {
 		rd.role.Lock()
 		defer rd.role.Unlock()
 		return rd.inFrame

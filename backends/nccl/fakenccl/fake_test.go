@@ -18,6 +18,7 @@ import (
 
 	"github.com/godist/godist/backends/nccl"
 	"github.com/godist/godist/backends/nccl/fakenccl"
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/reduce"
@@ -71,18 +72,6 @@ func need(t *testing.T) {
 func noMisuse(t *testing.T) {
 	t.Helper()
 	require.Zero(t, fakenccl.GetCounts().Errors, "the fake recorded misuse:\n%s", fakenccl.Errors())
-}
-
-// eventually polls cond until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	until := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(until) {
-			require.FailNow(t, "condition not met in time", msg)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 var groups atomic.Int64
@@ -362,7 +351,7 @@ func TestAsyncErrorNext(t *testing.T) {
 	var ne *nccl.Error
 	require.ErrorAs(t, err, &ne)
 	require.Equal(t, 6, ne.NCCL)
-	eventually(t, time.Second, func() bool { return fakenccl.GetCounts().Aborts == before.Aborts+1 },
+	testutil.Eventually(t, time.Second, func() bool { return fakenccl.GetCounts().Aborts == before.Aborts+1 },
 		"the communicator is aborted")
 	_, err = pg.DeviceRun("allreduce", op)
 	require.ErrorIs(t, err, libgodist.ErrBroken)
