@@ -46,6 +46,9 @@ func Backends(o Options) (backend.Set, error) {
 			// One host: shared memory carries the group. Several: shared
 			// memory inside each host, TCP between (backends/hier).
 			host := shm.NewOffloader()
+			if how := f.Choice().How; how == tcp.ChoiceLoopback || how == tcp.ChoiceAll {
+				host.ExpectOneHost() // a loopback store, or none: most likely one host
+			}
 			set.Offloaders = append(set.Offloaders, host, hier.NewOffloader(host))
 		}
 	case TransportMPI:

@@ -372,6 +372,39 @@ func (a *Arena) awaitCount(ctx context.Context, off int) bool {
 	}
 }
 
+// countFailed marks a header counter that a rank gave up waiting on.
+const countFailed = 1 << 31
+
+// awaitCountAlike is awaitCount for the last count of the arena's setup, which
+// every rank must see end alike: a rank whose ctx ends first marks the
+// counter failed (if it has not reached the number of local ranks by
+// then), and every rank then reports false. So either every rank sees
+// the count complete, or none does, and the ranks need no further
+// agreement on whether the arena opened.
+func (a *Arena) awaitCountAlike(ctx context.Context, off int) bool {
+	n := a.u32(off)
+	for {
+		v := n.Load()
+		switch {
+		case v&countFailed != 0:
+			return false
+		case v >= uint32(a.size):
+			return true
+		case ctx.Err() != nil:
+			if n.CompareAndSwap(v, v|countFailed) {
+				futexWake((*uint32)(a.ptr(off)))
+				return false
+			}
+			continue // it moved on: look again
+		}
+		d := 5 * time.Millisecond
+		if dl, ok := ctx.Deadline(); ok {
+			d = min(d, time.Until(dl)+time.Microsecond)
+		}
+		futexWait((*uint32)(a.ptr(off)), v, d)
+	}
+}
+
 func (a *Arena) ctl(r int) int { return a.lay.ctl(r) }
 
 func (a *Arena) globalRank(r int) int {

@@ -79,9 +79,12 @@ func (a *Arena) probeDirect(ctx context.Context) error {
 		v = directYes
 	}
 	a.u32(a.ctl(a.rank) + ctlDirect).Store(v)
-	a.u32(hdrProbed).Add(1)
+	if a.u32(hdrProbed).Add(1)&countFailed != 0 {
+		a.u32(a.ctl(a.rank) + ctlState).Store(stateClosed)
+		return fmt.Errorf("%w: another local rank gave up waiting for the ranks to probe each other", transport.ErrTimeout)
+	}
 	futexWake((*uint32)(a.ptr(hdrProbed)))
-	if !a.awaitCount(ctx, hdrProbed) {
+	if !a.awaitCountAlike(ctx, hdrProbed) {
 		a.u32(a.ctl(a.rank) + ctlState).Store(stateClosed)
 		return fmt.Errorf("%w: waiting for the local ranks to probe each other", ctxErr(ctx))
 	}

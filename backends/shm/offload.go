@@ -27,6 +27,24 @@ import (
 type Offloader struct {
 	mu    sync.Mutex
 	probe string // this rank's probe file's name under DefaultDir; "" once removed
+	// oneHost: the job is expected on this host alone (ExpectOneHost), so
+	// rank 0 creates the group's arena while the ranks meet.
+	oneHost bool
+	early   *earlyArena // rank 0's arena created at Describe; nil once taken or discarded
+}
+
+// earlyArena is an arena file being created before the group connects.
+type earlyArena struct {
+	name    string
+	done    chan struct{}
+	created *Created
+	err     error
+}
+
+// take waits for the creation and hands over its result.
+func (e *earlyArena) take() (*Created, error) {
+	<-e.done
+	return e.created, e.err
 }
 
 var (
@@ -36,6 +54,12 @@ var (
 
 // NewOffloader returns the shared-memory offloader.
 func NewOffloader() *Offloader { return &Offloader{} }
+
+// ExpectOneHost says that the job most likely runs on this host alone (its
+// store is on a loopback address, or it has no store host): rank 0 then
+// creates the arena while the ranks exchange records and connect, and
+// removes it again if the group turns out not to share this host.
+func (o *Offloader) ExpectOneHost() { o.oneHost = true }
 
 // openTimeout bounds the arena's setup; on failure the group stays on its
 // fabric alone.
@@ -55,12 +79,46 @@ func (o *Offloader) Describe(rec *wire.PeerRecord) {
 	}
 	o.mu.Lock()
 	o.probe = filepath.Base(p.Path)
+	if o.oneHost && rec.Rank == 0 && rec.WorldSize > 1 && rec.Session != 0 {
+		e := &earlyArena{name: arenaName(rec.Session, rec.Group), done: make(chan struct{})}
+		o.early = e
+		go func() {
+			defer close(e.done)
+			e.created, e.err = Create(Config{Name: e.name, Rank: 0, Size: int(rec.WorldSize), Mode: ModeCreate})
+		}()
+	}
 	o.mu.Unlock()
 	rec.ShmProbe = filepath.Base(p.Path)
 	rec.Transports = append(rec.Transports, "shm")
 }
 
-// Close removes the probe file. Idempotent.
+// takeEarly hands over the arena created at Describe if it is the one
+// named name, and discards it otherwise; ok reports that it was handed
+// over.
+func (o *Offloader) takeEarly(name string) (c *Created, err error, ok bool) {
+	o.mu.Lock()
+	e := o.early
+	o.early = nil
+	o.mu.Unlock()
+	if e == nil {
+		return nil, nil, false
+	}
+	c, err = e.take()
+	if e.name != name {
+		if c != nil {
+			c.Discard()
+		}
+		return nil, nil, false
+	}
+	return c, err, true
+}
+
+// discardEarly removes an arena created at Describe (JoinHost opens arenas
+// of its own).
+func (o *Offloader) discardEarly() { _, _, _ = o.takeEarly("") }
+
+// Close removes the probe file and an arena created at Describe that was
+// not used. Idempotent.
 func (o *Offloader) Close() {
 	o.mu.Lock()
 	name := o.probe
@@ -69,6 +127,7 @@ func (o *Offloader) Close() {
 	if name != "" {
 		_ = os.Remove(filepath.Join(DefaultDir, name))
 	}
+	o.discardEarly()
 }
 
 // Join agrees with every rank on shared memory and opens the arena: rank 0
@@ -81,18 +140,44 @@ func (o *Offloader) Join(ctx context.Context, s *backend.Setup, tr transport.Tra
 		all[r] = r
 	}
 	_, routable := tr.(Underlay)
-	ok, err := s.Agree(ctx, routable && colocated(s, all))
+	use := routable && colocated(s, all)
+	// Rank 0 creates the arena first, so that one agreement says both
+	// that every rank shares this host and that the arena exists.
+	name := arenaName(s.Session, s.Group)
+	var created *Created
+	if s.Rank == 0 {
+		c, cerr, early := o.takeEarly(name)
+		if use && !early {
+			c, cerr = Create(o.config(s, all, name))
+		}
+		if cerr != nil && use {
+			o.warnOpen(s, cerr)
+		}
+		if created = c; !use && c != nil {
+			c.Discard()
+			created = nil
+		}
+		use = use && cerr == nil
+	}
+	ok, err := s.Agree(ctx, use)
 	if err != nil || !ok {
+		if created != nil {
+			created.Discard()
+		}
 		// The probe stays for JoinHost; the engine's Close removes it.
 		return nil, tr, err
 	}
-	return o.open(ctx, s, all, arenaName(s.Session, s.Group), tr)
+	o.Close()
+	// The arena's own setup ends alike on every rank (Arena.awaitCountAlike):
+	// no agreement on whether it opened.
+	return o.finish(ctx, s, all, name, created, tr, false)
 }
 
 // JoinHost agrees with every rank of a group that spans hosts on shared
 // memory among each host's ranks, and opens this host's arena: its lowest
 // rank creates it, the others join. A host of one rank opens none.
 func (o *Offloader) JoinHost(ctx context.Context, s *backend.Setup, host []int, tr transport.Transport) (backend.Offload, transport.Transport, error) {
+	o.discardEarly()
 	_, routable := tr.(Underlay)
 	ok, err := s.Agree(ctx, routable && (len(host) == 1 || colocated(s, host)))
 	if err != nil || !ok {
@@ -115,29 +200,15 @@ func (o *Offloader) JoinHost(ctx context.Context, s *backend.Setup, host []int, 
 // openRounds is the number of agreements open takes part in.
 const openRounds = 2
 
-// open creates or joins the arena of ranks (group ranks, ascending, this
-// one among them), agrees with every rank of the group that every arena
-// opened, and routes the messages to ranks through it. The ranks first
-// agree that every arena's file was created, so that where one cannot be
-// (/dev/shm full or too small) every rank falls back at once instead of
-// waiting openTimeout for a file that will never appear.
-func (o *Offloader) open(ctx context.Context, s *backend.Setup, ranks []int, name string, tr transport.Transport) (backend.Offload, transport.Transport, error) {
-	o.Close()
-	under := tr.(Underlay)
+// config is the arena configuration of ranks (group ranks, ascending, this
+// one among them).
+func (o *Offloader) config(s *backend.Setup, ranks []int, name string) Config {
 	me := 0
 	for i, r := range ranks {
 		if r == s.Rank {
 			me = i
 		}
 	}
-	// Leave time for the agreement after a failed open: the group falls
-	// back to TCP rather than failing.
-	wait := openTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(dl)/2)
-	}
-	octx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
 	mode := ModeJoin
 	if me == 0 {
 		mode = ModeCreate
@@ -146,14 +217,27 @@ func (o *Offloader) open(ctx context.Context, s *backend.Setup, ranks []int, nam
 	if len(ranks) != s.Size {
 		cfg.GlobalRanks = ranks
 	}
-	warn := func(err error) {
-		glog.Warnf("godist: group %q rank %d: opening its shared-memory arena failed, the group uses TCP: %v", s.Group, s.Rank, err)
-	}
+	return cfg
+}
+
+func (o *Offloader) warnOpen(s *backend.Setup, err error) {
+	glog.Warnf("godist: group %q rank %d: opening its shared-memory arena failed, the group uses TCP: %v", s.Group, s.Rank, err)
+}
+
+// open creates or joins the arena of ranks (group ranks, ascending, this
+// one among them), agrees with every rank of the group that every arena
+// opened, and routes the messages to ranks through it. The ranks first
+// agree that every arena's file was created, so that where one cannot be
+// (/dev/shm full or too small) every rank falls back at once instead of
+// waiting openTimeout for a file that will never appear.
+func (o *Offloader) open(ctx context.Context, s *backend.Setup, ranks []int, name string, tr transport.Transport) (backend.Offload, transport.Transport, error) {
+	o.Close()
+	cfg := o.config(s, ranks, name)
 	var created *Created
 	var cerr error
-	if me == 0 {
+	if cfg.Mode == ModeCreate {
 		if created, cerr = Create(cfg); cerr != nil {
-			warn(cerr)
+			o.warnOpen(s, cerr)
 		}
 	}
 	ok, err := s.Agree(ctx, cerr == nil)
@@ -163,17 +247,37 @@ func (o *Offloader) open(ctx context.Context, s *backend.Setup, ranks []int, nam
 		}
 		return nil, tr, err
 	}
+	return o.finish(ctx, s, ranks, name, created, tr, true)
+}
+
+// finish opens the arena of ranks once every rank of the group agreed that
+// every arena's file exists (created: this rank made it), agrees with every
+// rank of the group that every arena opened (agree: the group has several
+// arenas), and routes the messages to ranks through it.
+func (o *Offloader) finish(ctx context.Context, s *backend.Setup, ranks []int, name string, created *Created, tr transport.Transport, agree bool) (backend.Offload, transport.Transport, error) {
+	under := tr.(Underlay)
+	// Leave time for the agreement after a failed open: the group falls
+	// back to TCP rather than failing.
+	wait := openTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
+	octx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	var a *Arena
 	var oerr error
 	if created != nil {
 		a, oerr = created.Open(octx)
 	} else {
-		a, oerr = Open(octx, cfg)
+		a, oerr = Open(octx, o.config(s, ranks, name))
 	}
 	if oerr != nil {
-		warn(oerr)
+		o.warnOpen(s, oerr)
 	}
-	ok, err = s.Agree(ctx, oerr == nil)
+	ok, err := oerr == nil, error(nil)
+	if agree {
+		ok, err = s.Agree(ctx, ok)
+	}
 	if err != nil || !ok {
 		if a != nil {
 			a.Close()

@@ -26,6 +26,11 @@ from . import store as _store
 
 stats = {"go": 0, "python": 0}
 
+# torch's own stores, whose multi_get reads every record in one round trip
+# (a store written in Python may not have it).
+_MULTI_GET = tuple(t for t in (getattr(dist, n, None) for n in ("TCPStore", "PrefixStore", "FileStore", "HashStore"))
+                   if t is not None and hasattr(t, "multi_get"))
+
 
 def store_host(store) -> str | None:
     """The host the group's store is reached at, under any PrefixStores: a
@@ -76,7 +81,7 @@ def exchange(store, rank: int, size: int, handle: int, timeout: datetime.timedel
             f"rank(s) {missing} never published their address. Did every rank call init_process_group/new_group "
             f"with the same arguments? ({e})", _errors.TIMEOUT, cause="timeout", group=group,
             missing_ranks=missing, after=timeout.total_seconds()) from e
-    records = [store.get(k) for k in keys]
+    records = store.multi_get(keys) if type(store) in _MULTI_GET else [store.get(k) for k in keys]
     arr = _lib.bufs([(ctypes.cast(ctypes.c_char_p(r), ctypes.c_void_p).value, len(r)) for r in records])
     lib.pg_connect(handle, arr, size, int(timeout.total_seconds() * 1000))
     del records
