@@ -100,4 +100,3 @@ func TestSetupCountEndsAlike(t *testing.T) {
 	require.True(t, arenas[2].awaitCountAlike(expired, hdrProbed), "a complete count is complete even after ctx ended")
 	require.Zero(t, n.Load()&countFailed)
 }
-
