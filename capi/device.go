@@ -6,11 +6,9 @@ package main
 import "C"
 
 import (
-	"encoding/json"
 	"fmt"
 	"unsafe"
 
-	"github.com/godist/godist/backends/nccl"
 	"github.com/godist/godist/libgodist"
 )
 
@@ -138,54 +136,6 @@ func godist_device_has(h C.uint64_t, peer C.int32_t) C.int32_t {
 		return 0
 	}
 	return 1
-}
-
-// ncclInfo is what godist_nccl_info reports.
-type ncclInfo struct {
-	Available      bool   `json:"available"`
-	Reason         string `json:"reason,omitempty"`
-	Version        string `json:"version,omitempty"`
-	VersionCode    int    `json:"version_code,omitempty"`
-	RuntimeVersion int    `json:"cuda_runtime_version,omitempty"`
-	NCCLFrom       string `json:"nccl_from,omitempty"`
-	CUDARTFrom     string `json:"cudart_from,omitempty"`
-	Devices        int    `json:"devices"`
-	DevicesError   string `json:"devices_error,omitempty"`
-	UniqueID       bool   `json:"unique_id"`
-	UniqueIDError  string `json:"unique_id_error,omitempty"`
-}
-
-// godist_nccl_info writes JSON describing the NCCL this process can load:
-// its version, where it came from, the CUDA devices, whether a unique id
-// can be made.
-//
-//export godist_nccl_info
-func godist_nccl_info(buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
-	defer recoverTo(&rc, errbuf, errlen)
-	var info ncclInfo
-	lib, err := nccl.Load()
-	if err != nil {
-		info.Reason = err.Error()
-	} else {
-		info.Available = true
-		info.Version, info.VersionCode, info.RuntimeVersion = lib.VersionString(), lib.Version, lib.RuntimeVersion
-		info.NCCLFrom, info.CUDARTFrom = lib.NCCLFrom, lib.CUDARTFrom
-		if n, err := lib.DeviceCount(); err != nil {
-			info.DevicesError = err.Error()
-		} else {
-			info.Devices = n
-		}
-		if _, err := lib.UniqueID(); err != nil {
-			info.UniqueIDError = err.Error()
-		} else {
-			info.UniqueID = true
-		}
-	}
-	b, err := json.Marshal(info)
-	if err != nil {
-		return finish(err, errbuf, errlen)
-	}
-	return copyOut(b, "nccl info", buf, capacity, outlen, errbuf, errlen)
 }
 
 // godist_device_batch enqueues the device ops of n blocks (each with

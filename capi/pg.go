@@ -148,7 +148,7 @@ func godist_pg_info(h C.uint64_t, sharedMemory *C.int32_t, errbuf *C.char, errle
 	}
 	if sharedMemory != nil {
 		*sharedMemory = 0
-		if pg.Offload() == "shm" {
+		if assemble.SharedMemory(pg.Offload()) {
 			*sharedMemory = 1
 		}
 	}
