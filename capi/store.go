@@ -199,7 +199,7 @@ func godist_store_clone(h C.uint64_t, out *C.uint64_t, errbuf *C.char, errlen C.
 		if out == nil {
 			return invalidArg("godist_store_clone: NULL out")
 		}
-		ctx, cancel := e.opCtx(-1)
+		ctx, cancel := store.CallContext(e.s, -1)
 		defer cancel()
 		c, err := e.s.Clone(ctx)
 		if err != nil {
@@ -254,14 +254,14 @@ func godist_store_get(h C.uint64_t, key unsafe.Pointer, keyLen C.int64_t, timeou
 		if err != nil {
 			return err
 		}
-		ctx, cancel, err := e.waitCtx(timeoutMs, "get", []string{k})
+		ctx, cancel, err := store.WaitContext(e.s, timeout(timeoutMs), "get", []string{k})
 		if err != nil {
 			return err
 		}
 		defer cancel()
 		v, err := e.s.Get(ctx, k)
 		if err != nil {
-			return requested(err, timeoutMs)
+			return store.Requested(err, timeout(timeoutMs))
 		}
 		return putBytes(v, out, outlen)
 	})
@@ -332,12 +332,12 @@ func godist_store_wait(h C.uint64_t, keys *C.godist_buf, n C.int32_t, timeoutMs 
 		if err != nil {
 			return err
 		}
-		ctx, cancel, err := e.waitCtx(timeoutMs, "wait", ks)
+		ctx, cancel, err := store.WaitContext(e.s, timeout(timeoutMs), "wait", ks)
 		if err != nil {
 			return err
 		}
 		defer cancel()
-		return requested(e.s.Wait(ctx, ks), timeoutMs)
+		return store.Requested(e.s.Wait(ctx, ks), timeout(timeoutMs))
 	})
 }
 
@@ -396,14 +396,14 @@ func godist_store_multi_get(h C.uint64_t, keys *C.godist_buf, n C.int32_t, timeo
 		if err != nil {
 			return err
 		}
-		ctx, cancel, err := e.waitCtx(timeoutMs, "multi_get", ks)
+		ctx, cancel, err := store.WaitContext(e.s, timeout(timeoutMs), "multi_get", ks)
 		if err != nil {
 			return err
 		}
 		defer cancel()
 		vs, err := e.s.MultiGet(ctx, ks)
 		if err != nil {
-			return requested(err, timeoutMs)
+			return store.Requested(err, timeout(timeoutMs))
 		}
 		return putList(vs, out, outlen)
 	})
@@ -478,10 +478,10 @@ func godist_store_queue_pop(h C.uint64_t, key unsafe.Pointer, keyLen C.int64_t, 
 		if found == nil {
 			return invalidArg("godist_store_queue_pop: NULL found")
 		}
-		ctx, cancel := e.opCtx(-1) // a non-blocking pop does not wait
+		ctx, cancel := store.CallContext(e.s, -1) // a non-blocking pop does not wait
 		if block != 0 {
 			cancel()
-			if ctx, cancel, err = e.waitCtx(timeoutMs, "queue_pop", []string{k}); err != nil {
+			if ctx, cancel, err = store.WaitContext(e.s, timeout(timeoutMs), "queue_pop", []string{k}); err != nil {
 				return err
 			}
 		}
@@ -492,7 +492,7 @@ func godist_store_queue_pop(h C.uint64_t, key unsafe.Pointer, keyLen C.int64_t, 
 			return putBytes(nil, out, outlen)
 		}
 		if err != nil {
-			return requested(err, timeoutMs)
+			return store.Requested(err, timeout(timeoutMs))
 		}
 		*found = 1
 		return putBytes(v, out, outlen)

@@ -7,11 +7,9 @@ package main
 import "C"
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -52,77 +50,21 @@ func storeCause(match func(error) bool) func(error) bool {
 
 // storeEntry is what a store handle refers to.
 type storeEntry struct {
-	s    store.Store
-	base store.Store // first store below s that is not a PrefixStore (s itself if none)
+	s store.Store
 }
 
-func newEntry(s store.Store) *storeEntry {
-	e := &storeEntry{s: s, base: s}
-	if p, ok := s.(*store.PrefixStore); ok {
-		e.base = p.UnderlyingNonPrefix()
-	}
-	return e
-}
-
-// isTCP reports whether the entry talks to a TCPStore server.
-func (e *storeEntry) isTCP() bool {
-	_, ok := e.base.(*store.TCPStore)
-	return ok
-}
+func newEntry(s store.Store) *storeEntry { return &storeEntry{s: s} }
 
 // fail turns an error of the entry's store into a *storeError.
-func (e *storeEntry) fail(err error) error { return storeFail(err, e.isTCP()) }
+func (e *storeEntry) fail(err error) error { return storeFail(err, store.OnTCP(e.s)) }
 
-// storeFail turns a store error into a *storeError with torch's wording;
-// tcp says the keys went on the wire of a TCPStore (with a "/" prefix).
+// storeFail turns a store error into a *storeError with torch's wording
+// (store.TorchMessage); tcp says the keys went on the wire of a TCPStore.
 func storeFail(err error, tcp bool) error {
 	if err == nil {
 		return nil
 	}
-	wirePrefix := ""
-	if tcp {
-		wirePrefix = "/"
-	}
-	return &storeError{msg: storeMessage(err, wirePrefix), cause: err}
-}
-
-// storeMessage renders err like torch does.
-func storeMessage(err error, wirePrefix string) string {
-	var te *store.TimeoutError
-	if !errors.As(err, &te) {
-		return err.Error()
-	}
-	ms := te.After.Round(time.Millisecond).Milliseconds()
-	switch te.Op {
-	case "wait_for_workers":
-		return fmt.Sprintf("Timed out after %d seconds waiting for clients. %s. (wait_for_workers timeout)",
-			int64(te.After.Round(time.Second)/time.Second), te.Detail)
-	case "connect":
-		return fmt.Sprintf("The client socket has timed out after %dms while trying to connect. (connect timeout: %s)", ms, te.Detail)
-	}
-	op := te.Op
-	switch op {
-	case "get", "wait", "multi_get", "queue_pop": // torch: a WAIT that timed out
-		op = "wait"
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s timeout after %dms", op, ms)
-	if len(te.Keys) > 0 {
-		b.WriteString(", keys: ")
-		for i, k := range te.Keys {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(wirePrefix)
-			b.WriteString(k)
-		}
-	}
-	if te.Detail != "" {
-		b.WriteString(" (")
-		b.WriteString(te.Detail)
-		b.WriteString(")")
-	}
-	return b.String()
+	return &storeError{msg: store.TorchMessage(err, tcp), cause: err}
 }
 
 // invalidArg is a bad argument from C.
@@ -130,48 +72,9 @@ func invalidArg(format string, args ...any) error {
 	return &storeError{msg: "godist: " + fmt.Sprintf(format, args...), cause: store.ErrInvalid}
 }
 
-// farFuture stands for "no limit" in a per-call deadline.
-const farFuture = 100 * 365 * 24 * time.Hour
-
-// opCtx returns the context of one call with the timeout convention above.
-func (e *storeEntry) opCtx(timeoutMs C.int64_t) (context.Context, context.CancelFunc) {
-	switch {
-	case timeoutMs < 0:
-		return context.Background(), func() {}
-	case timeoutMs == 0 && !e.isTCP():
-		return context.WithTimeout(context.Background(), farFuture)
-	default:
-		return context.WithTimeout(context.Background(), time.Duration(timeoutMs)*time.Millisecond)
-	}
-}
-
-// waitCtx is opCtx for a call that waits for keys (get, wait, multi_get,
-// blocking queue_pop). An explicit 0 on a TCPStore fails at once unless the
-// keys exist (a context that has already expired would fail even then).
-func (e *storeEntry) waitCtx(timeoutMs C.int64_t, op string, keys []string) (context.Context, context.CancelFunc, error) {
-	if timeoutMs == 0 && e.isTCP() {
-		ok, err := e.s.Check(context.Background(), keys)
-		if err != nil {
-			return nil, nil, err
-		}
-		if !ok {
-			return nil, nil, &store.TimeoutError{Op: op, Keys: keys}
-		}
-		timeoutMs = -1
-	}
-	ctx, cancel := e.opCtx(timeoutMs)
-	return ctx, cancel, nil
-}
-
-// requested makes a timeout error of a call with an explicit timeout report
-// that timeout (the store measures what was left when it started waiting).
-func requested(err error, timeoutMs C.int64_t) error {
-	var te *store.TimeoutError
-	if timeoutMs >= 0 && errors.As(err, &te) {
-		te.After = time.Duration(timeoutMs) * time.Millisecond
-	}
-	return err
-}
+// timeout is a call's timeout_ms as store.CallContext reads it (< 0:
+// the store's own).
+func timeout(ms C.int64_t) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 func storeOf(h C.uint64_t) (*storeEntry, error) {
 	return lookup[*storeEntry](uint64(h))
