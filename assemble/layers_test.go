@@ -1,9 +1,13 @@
 package assemble
 
 import (
+	"go/ast"
 	"go/build"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,6 +61,10 @@ func packages(t *testing.T, root, dir string) []string {
 		if err != nil || !d.IsDir() {
 			return err
 		}
+		if n := d.Name(); path != filepath.Join(root, dir) && (strings.HasPrefix(n, ".") || n == "testdata" ||
+			n == "python") {
+			return filepath.SkipDir
+		}
 		if m, _ := filepath.Glob(filepath.Join(path, "*.go")); len(m) > 0 {
 			rel, _ := filepath.Rel(root, path)
 			out = append(out, filepath.ToSlash(rel))
@@ -98,6 +106,94 @@ func TestLayers(t *testing.T) {
 	}
 	for dep := range deps(t, root, "auth") {
 		require.Fail(t, "auth imports "+dep, "the auth handshake imports nothing of ours")
+	}
+}
+
+// imports returns the module's packages that pkg imports directly,
+// leaving tests out.
+func imports(t *testing.T, root, pkg string) []string {
+	t.Helper()
+	p, err := build.ImportDir(filepath.Join(root, pkg), 0)
+	var noGo *build.NoGoError
+	if err != nil && asNoGo(err, &noGo) {
+		return nil
+	}
+	require.NoError(t, err, pkg)
+	var out []string
+	for _, imp := range p.Imports {
+		if dep, ok := strings.CutPrefix(imp, module+"/"); ok {
+			out = append(out, dep)
+		}
+	}
+	return out
+}
+
+// TestOneCompositionRoot checks that assemble is the only package that
+// picks backends: no package outside backends/ imports one, but assemble
+// (a backend may import the packages of its own folder).
+func TestOneCompositionRoot(t *testing.T) {
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	all := packages(t, root, ".")
+	require.Contains(t, all, "capi")
+	for _, pkg := range all {
+		for _, dep := range imports(t, root, pkg) {
+			if !strings.HasPrefix(dep, "backends/") || pkg == "assemble" {
+				continue
+			}
+			own := strings.HasPrefix(pkg, "backends/") && strings.Split(pkg, "/")[1] == strings.Split(dep, "/")[1]
+			require.True(t, own, "%s imports %s: only assemble chooses backends (add a function there)", pkg, dep)
+		}
+	}
+}
+
+// capiImports are the packages capi may import: the composition root, the
+// engine's API and the types its errors and options carry, the stores,
+// the auth handshake and the build stamp. Not libgodist/backend: what an
+// op is on a device (its calls) is the engine's to decide.
+var capiImports = []string{"assemble", "auth", "internal/buildinfo", "libgodist", "libgodist/glog",
+	"libgodist/gosched", "libgodist/reduce", "libgodist/transport", "store"}
+
+// TestCAPIHasNoLogic checks what docs/architecture.md says of capi: it
+// converts C arguments and results and holds no logic. It imports only
+// capiImports, and none of its functions decides anything by a name: no
+// switch case on a string and no comparison with a string other than ""
+// (a name is passed through, to the engine, the stores or assemble, which
+// decide by it).
+func TestCAPIHasNoLogic(t *testing.T) {
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	for _, dep := range imports(t, root, "capi") {
+		require.True(t, slices.Contains(capiImports, dep),
+			"capi imports %s: capi converts arguments for the engine, the stores and assemble", dep)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "capi", "*.go"))
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		ast.Inspect(f, func(n ast.Node) bool {
+			var lits []ast.Expr
+			switch x := n.(type) {
+			case *ast.CaseClause:
+				lits = x.List
+			case *ast.BinaryExpr:
+				if x.Op == token.EQL || x.Op == token.NEQ {
+					lits = []ast.Expr{x.X, x.Y}
+				}
+			}
+			for _, e := range lits {
+				if l, ok := e.(*ast.BasicLit); ok && l.Kind == token.STRING && l.Value != `""` {
+					require.Fail(t, "capi decides by a name", "%s: %s: move the decision to the package that "+
+						"owns the name (libgodist, store or assemble)", fset.Position(l.Pos()), l.Value)
+				}
+			}
+			return true
+		})
 	}
 }
 
