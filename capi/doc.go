@@ -15,8 +15,10 @@
 //
 // Each op (all_reduce, send, ...) has one entry point, taking a godist_op
 // (ops.go); works are waited for and collected in work.go. The package
-// holds no logic: it converts C arguments, calls libgodist or store, and
-// converts the result back.
+// holds no logic: it converts C arguments, calls libgodist, store or
+// assemble (the only way to the backends), and converts the result back.
+// assemble/layers_test.go checks its imports and that it decides nothing
+// by a name.
 package main
 
 func main() {}
