@@ -53,12 +53,16 @@ var (
 	loadErr  error
 )
 
-// The names tried, first among the libraries already in the process (what
-// torch loaded), then on the loader's search path. GODIST_NCCL_LIBRARY and
-// GODIST_CUDART_LIBRARY (paths) are tried before them.
+// NCCLNames and CUDARTNames are the names Load tries, first among the
+// libraries already in the process (what torch loaded), then on the
+// loader's search path; GODIST_NCCL_LIBRARY and GODIST_CUDART_LIBRARY
+// (paths) are tried before them. The CUDA runtime's soname is
+// libcudart.so.<major> from CUDA 12 on, libcudart.so.11.0 for CUDA 11
+// (torch's cu118 builds). python -m godist.info reports these names
+// (godist_facts).
 var (
-	ncclNames   = []string{"libnccl.so.2", "libnccl.so"}
-	cudartNames = []string{"libcudart.so.13", "libcudart.so.12", "libcudart.so"}
+	NCCLNames   = []string{"libnccl.so.2", "libnccl.so"}
+	CUDARTNames = []string{"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}
 )
 
 // Load loads NCCL and the CUDA runtime once per process and returns what
@@ -69,11 +73,11 @@ func Load() (*Library, error) {
 }
 
 func load() (*Library, error) {
-	nh, nfrom, err := open("NCCL", os.Getenv("GODIST_NCCL_LIBRARY"), ncclNames)
+	nh, nfrom, err := open("NCCL", os.Getenv("GODIST_NCCL_LIBRARY"), NCCLNames)
 	if err != nil {
 		return nil, err
 	}
-	ch, cfrom, err := open("the CUDA runtime", os.Getenv("GODIST_CUDART_LIBRARY"), cudartNames)
+	ch, cfrom, err := open("the CUDA runtime", os.Getenv("GODIST_CUDART_LIBRARY"), CUDARTNames)
 	if err != nil {
 		return nil, err
 	}
