@@ -191,9 +191,16 @@ def loader_names() -> dict:
     backends/mpi/lib.go); empty lists when the library cannot be loaded."""
     from .. import _lib
 
-    try:
-        libs = _lib.facts()["libraries"]
-    except (ImportError, OSError, ValueError, AttributeError):
+    libs = None
+    for _ in range(2):  # a ValueError the first time: loaded, but GODIST_LOG_LEVEL is invalid
+        try:
+            libs = _lib.facts()["libraries"]
+            break
+        except ValueError:
+            continue
+        except (ImportError, OSError, AttributeError):
+            break
+    if libs is None:
         return {"nccl": [], "cudart": [], "mpi": []}
     mpi = [n for impl in libs["mpi_impls"] for n in libs["mpi"].get(impl, [])]
     return {"nccl": libs["nccl"], "cudart": libs["cudart"], "mpi": list(dict.fromkeys(mpi))}
