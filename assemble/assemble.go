@@ -23,6 +23,11 @@ const (
 	TransportMPI  = "mpi" // MPI's point-to-point messages and collectives (MPI initialised first: mpi://)
 )
 
+// TransportNames are the names GODIST_TRANSPORT may give Options.Transport
+// ("auto" is TransportAuto), in the order error messages list them.
+// python/godist/_group.py accepts the same (godist_facts; test_facts.py).
+var TransportNames = []string{"auto", TransportTCP, TransportMPI}
+
 // Options are the user's choices that decide a group's backends.
 type Options struct {
 	BindHost  string // GODIST_BIND_ADDR: the one address the TCP fabric listens on and publishes
@@ -55,7 +60,7 @@ func Backends(o Options) (backend.Set, error) {
 		set.Fabric = mpi.NewFabric()
 		set.Offloaders = []backend.Offloader{mpi.NewOffloader()}
 	default:
-		return backend.Set{}, fmt.Errorf("godist: unknown transport %q (want \"auto\", \"tcp\" or \"mpi\")", o.Transport)
+		return backend.Set{}, fmt.Errorf("godist: unknown transport %q (want one of %q)", o.Transport, TransportNames)
 	}
 	return set, nil
 }

@@ -208,5 +208,9 @@ func TestBackends(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, set.Offloaders)
 	_, err = Backends(Options{Transport: "carrier-pigeon"})
-	require.ErrorContains(t, err, `unknown transport "carrier-pigeon"`)
+	require.ErrorContains(t, err, `unknown transport "carrier-pigeon" (want one of ["auto" "tcp" "mpi"])`)
+	for _, name := range TransportNames {
+		_, err = Backends(Options{Transport: name})
+		require.NoError(t, err, name)
+	}
 }

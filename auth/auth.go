@@ -25,11 +25,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync/atomic"
 )
 
-// Env is the environment variable that holds the job secret.
+// Env is the environment variable that holds the job secret: godist's
+// library reads it once, when it loads (assemble.Configure), and hands it
+// to SetSecret; errors name it.
 const Env = "GODIST_SECRET"
 
 // Purposes of keys: one key per kind of socket.
@@ -112,21 +113,22 @@ func NewKey(secret []byte, purpose string) *Key {
 // set is the secret SetSecret gave, if it was called.
 var set atomic.Pointer[[]byte]
 
-// SetSecret sets the secret FromEnv uses from now on instead of reading
-// GODIST_SECRET (a host that changes its environment after this process
-// started, such as Python, passes it this way); empty means none.
+// SetSecret sets the job secret that Current's keys come from: GODIST_SECRET
+// as the process started (assemble.Configure), or as a host that changes
+// its environment later has it (Python passes it before it creates each
+// listener or store); empty means none.
 func SetSecret(secret []byte) {
 	b := append([]byte(nil), secret...)
 	set.Store(&b)
 }
 
-// FromEnv is the key for purpose of the secret SetSecret gave or else of
-// GODIST_SECRET; nil when it is unset or empty.
-func FromEnv(purpose string) *Key {
+// Current is the key for purpose of the secret SetSecret gave; nil when
+// there is none.
+func Current(purpose string) *Key {
 	if p := set.Load(); p != nil {
 		return NewKey(*p, purpose)
 	}
-	return NewKey([]byte(os.Getenv(Env)), purpose)
+	return nil
 }
 
 // proof is HMAC(key, role | len(context) | context | cn | sn).

@@ -190,21 +190,21 @@ func TestNoSecretNoKey(t *testing.T) {
 	if NewKey(nil, Store) != nil {
 		t.Fatal("empty secret gave a key")
 	}
-	t.Setenv(Env, "")
-	if FromEnv(Store) != nil {
-		t.Fatal("empty GODIST_SECRET gave a key")
-	}
-	t.Setenv(Env, "x")
-	if FromEnv(Store) == nil {
-		t.Fatal("GODIST_SECRET=x gave no key")
-	}
 	defer set.Store(nil)
+	set.Store(nil)
+	if Current(Store) != nil {
+		t.Fatal("no SetSecret gave a key")
+	}
+	SetSecret([]byte("x"))
+	if Current(Store) == nil {
+		t.Fatal("SetSecret(x) gave no key")
+	}
 	SetSecret(nil)
-	if FromEnv(Store) != nil {
-		t.Fatal("SetSecret(nil) did not override GODIST_SECRET")
+	if Current(Store) != nil {
+		t.Fatal("SetSecret(nil) did not take the secret away")
 	}
 	SetSecret([]byte("y"))
-	if *FromEnv(Store) != *NewKey([]byte("y"), Store) {
+	if *Current(Store) != *NewKey([]byte("y"), Store) {
 		t.Fatal("SetSecret did not set the key")
 	}
 }

@@ -18,7 +18,8 @@ import (
 )
 
 // Status codes returned by every exported function. python/godist/_errors.py
-// holds the same table.
+// holds the same table, which _lib.py checks against statusNames (through
+// godist_facts) when it loads the library.
 const (
 	statusOK          = 0
 	statusInvalid     = 1  // bad argument or handle -> ValueError
@@ -33,8 +34,17 @@ const (
 	statusType        = 10 // wrong type of tensor/argument -> TypeError
 )
 
+// statusNames are the status codes by the names python/godist/_errors.py
+// gives them.
+var statusNames = map[string]int{
+	"OK": statusOK, "INVALID": statusInvalid, "TIMEOUT": statusTimeout, "PEER": statusPeer, "CLOSED": statusClosed,
+	"UNSUPPORTED": statusUnsupported, "INTERNAL": statusInternal, "NOT_READY": statusNotReady, "STORE": statusStore,
+	"FORKED": statusForked, "TYPE": statusType,
+}
+
 // Causes: what went wrong, finer than the status code (godist_error.cause).
-// python/godist/_errors.py holds the same table.
+// python/godist/_errors.py holds the same table (CAUSES, by index), which
+// _lib.py checks against causeNames when it loads the library.
 const (
 	causeNone         = 0
 	causeInvalid      = 1  // a bad argument
@@ -52,6 +62,14 @@ const (
 	causeDesync       = 13 // ranks called different collectives (or the same with other arguments)
 	numCauses         = 14
 )
+
+// causeNames are the causes by code, as GodistError.cause names them.
+var causeNames = [numCauses]string{
+	causeNone: "", causeInvalid: "invalid", causeTimeout: "timeout", causePeerLeft: "peer_left",
+	causeConnLost: "conn_lost", causeClosed: "closed", causeBroken: "broken", causeSizeMismatch: "size_mismatch",
+	causeNotArrived: "not_arrived", causeHandle: "handle", causeStore: "store", causeInternal: "internal",
+	causeUnsupported: "unsupported", causeDesync: "desync",
+}
 
 // errInvalidHandle is returned for a handle that is not in the table.
 var errInvalidHandle = errors.New("godist: invalid or stale handle")

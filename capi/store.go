@@ -87,7 +87,7 @@ func godist_tcpstore_create(host *C.char, port C.int32_t, worldSize C.int64_t, i
 	}
 	opts := store.TCPStoreOptions{Host: goString(host), Port: int(port), IsMaster: isMaster != 0,
 		WorldSize: int(max(worldSize, 0)), NoWaitForWorkers: waitForWorkers == 0, LegacyServer: legacyServer != 0,
-		Timeout: time.Duration(max(timeoutMs, 0)) * time.Millisecond, Key: auth.FromEnv(auth.Store),
+		Timeout: time.Duration(max(timeoutMs, 0)) * time.Millisecond, Key: auth.Current(auth.Store),
 		Server: store.ServerOptions{Warnf: glog.Warnf}}
 	if isMaster != 0 && listenFd >= 0 {
 		f := os.NewFile(uintptr(listenFd), "master_listen_fd")

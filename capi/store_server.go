@@ -35,7 +35,7 @@ func godist_tcpserver_create(host *C.char, port C.int32_t, out *C.uint64_t, errb
 		return finish(invalidArg("godist_tcpserver_create: NULL out or port %d out of range", port), errbuf, errlen)
 	}
 	srv, err := store.NewTCPServer(store.ServerOptions{Addr: net.JoinHostPort(goString(host), strconv.Itoa(int(port))),
-		Key: auth.FromEnv(auth.Store), Warnf: glog.Warnf})
+		Key: auth.Current(auth.Store), Warnf: glog.Warnf})
 	if err != nil {
 		return finish(storeFail(err, true), errbuf, errlen)
 	}

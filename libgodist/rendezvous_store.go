@@ -19,6 +19,15 @@ const (
 	rdvRecordPrefix  = "godist/"
 )
 
+// RendezvousKeys returns the keys of the store rendezvous: the generation
+// counter's, and the template of a record's, where {gen} and {rank} stand
+// for the decimal generation and rank. python/godist/_rendezvous.py writes
+// the same keys; python/tests/test_facts.py reads these (godist_facts) and
+// checks the keys it writes.
+func RendezvousKeys() (generation, record string) {
+	return rdvGenerationKey, rdvRecordPrefix + "{gen}/{rank}"
+}
+
 // rdvRecordKey is the key of rank's record in generation gen.
 func rdvRecordKey(gen int64, rank int) string {
 	return rdvRecordPrefix + strconv.FormatInt(gen, 10) + "/" + strconv.Itoa(rank)

@@ -3,6 +3,8 @@ package libgodist
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,5 +108,20 @@ func TestRendezvousStoreClose(t *testing.T) {
 		assert.ErrorIs(t, err, ErrClosed)
 	case <-time.After(10 * time.Second):
 		t.Fatal("rendezvous did not end on Close")
+	}
+}
+
+// TestRendezvousKeys checks the keys RendezvousKeys reports (which
+// python/godist/_rendezvous.py must write too) against the ones
+// RendezvousStore writes.
+func TestRendezvousKeys(t *testing.T) {
+	gen, rec := RendezvousKeys()
+	assert.Equal(t, rdvGenerationKey, gen)
+	for _, c := range []struct {
+		gen  int64
+		rank int
+	}{{0, 0}, {3, 17}, {12345, 2}} {
+		r := strings.NewReplacer("{gen}", strconv.FormatInt(c.gen, 10), "{rank}", strconv.Itoa(c.rank))
+		assert.Equal(t, rdvRecordKey(c.gen, c.rank), r.Replace(rec))
 	}
 }

@@ -90,6 +90,41 @@ func RedOp(o reduce.Op, d reduce.DType) (int32, error) {
 	return v, nil
 }
 
+// Reduces reports whether NCCL reduces d with o (PREMUL_SUM included): nil,
+// or the error toC returns for that pair, wrapping backend.ErrUnsupported.
+func Reduces(o reduce.Op, d reduce.DType) error {
+	if _, err := DType(d); err != nil {
+		return err
+	}
+	if o == reduce.PremulSum {
+		_, err := scalar(0, d)
+		return err
+	}
+	_, err := RedOp(o, d)
+	return err
+}
+
+// ComplexOps are the reduce ops that act on the real and imaginary parts
+// of a complex tensor alike, so that reducing its real view (two floats per
+// element) gives the complex result: how python/godist/_nccl.py reduces
+// complex tensors, which NCCL has no type for.
+var ComplexOps = []reduce.Op{reduce.Sum, reduce.Avg, reduce.PremulSum}
+
+// Rules is the table of what NCCL reduces, for python/godist/_nccl.py's
+// checks (capi's godist_facts): the reduce ops per dtype, by godist's
+// codes, for each dtype NCCL reduces at all; and ComplexOps.
+func Rules() (ops map[reduce.DType][]reduce.Op, complexOps []reduce.Op) {
+	ops = map[reduce.DType][]reduce.Op{}
+	for d := reduce.DType(0); d.Valid(); d++ {
+		for o := reduce.Op(0); o.Valid(); o++ {
+			if Reduces(o, d) == nil {
+				ops[d] = append(ops[d], o)
+			}
+		}
+	}
+	return ops, ComplexOps
+}
+
 // scalar is PREMUL_SUM's factor as a value of d, in the low bytes of a
 // uint64 (the shim passes its address as the host-immediate scalar).
 func scalar(f float64, d reduce.DType) (uint64, error) {

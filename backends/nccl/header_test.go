@@ -43,15 +43,18 @@ var wheelLoaded bool
 func TestMain(m *testing.M) {
 	// Load runs once per process: point it at the wheel before any test
 	// can call it, so that every test sees the same library.
-	if sitePackages != "" && os.Getenv("GODIST_NCCL_LIBRARY") == "" && os.Getenv("GODIST_CUDART_LIBRARY") == "" {
+	// GODIST_NCCL_LIBRARY and GODIST_CUDART_LIBRARY, as the library reads
+	// them (assemble.Configure), else the wheel's.
+	c := Config{NCCLLibrary: os.Getenv("GODIST_NCCL_LIBRARY"), CUDARTLibrary: os.Getenv("GODIST_CUDART_LIBRARY")}
+	if sitePackages != "" && c == (Config{}) {
 		n := filepath.Join(sitePackages, "nvidia", "nccl", "lib", "libnccl.so.2")
-		c := filepath.Join(sitePackages, "nvidia", "cu13", "lib", "libcudart.so.13")
-		if fileExists(n) && fileExists(c) {
-			os.Setenv("GODIST_NCCL_LIBRARY", n)
-			os.Setenv("GODIST_CUDART_LIBRARY", c)
+		r := filepath.Join(sitePackages, "nvidia", "cu13", "lib", "libcudart.so.13")
+		if fileExists(n) && fileExists(r) {
+			c = Config{NCCLLibrary: n, CUDARTLibrary: r}
 			wheelLoaded = true
 		}
 	}
+	Configure(c)
 	os.Exit(m.Run())
 }
 

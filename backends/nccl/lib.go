@@ -15,9 +15,9 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -53,13 +53,31 @@ var (
 	loadErr  error
 )
 
-// The names tried, first among the libraries already in the process (what
-// torch loaded), then on the loader's search path. GODIST_NCCL_LIBRARY and
-// GODIST_CUDART_LIBRARY (paths) are tried before them.
+// NCCLNames and CUDARTNames are the names Load tries, first among the
+// libraries already in the process (what torch loaded), then on the
+// loader's search path; Config's paths replace them. The CUDA runtime's soname is
+// libcudart.so.<major> from CUDA 12 on, libcudart.so.11.0 for CUDA 11
+// (torch's cu118 builds). python -m godist.info reports these names
+// (godist_facts).
 var (
-	ncclNames   = []string{"libnccl.so.2", "libnccl.so"}
-	cudartNames = []string{"libcudart.so.13", "libcudart.so.12", "libcudart.so"}
+	NCCLNames   = []string{"libnccl.so.2", "libnccl.so"}
+	CUDARTNames = []string{"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}
 )
+
+// Config names the libraries Load opens instead of searching for
+// NCCLNames and CUDARTNames: paths, "" for the search. godist's library
+// sets it from GODIST_NCCL_LIBRARY and GODIST_CUDART_LIBRARY when it loads
+// (assemble.Configure).
+type Config struct {
+	NCCLLibrary   string
+	CUDARTLibrary string
+}
+
+var config atomic.Pointer[Config]
+
+// Configure sets the Config Load uses. Load runs once per process, so
+// only a Configure before the first Load counts.
+func Configure(c Config) { config.Store(&c) }
 
 // Load loads NCCL and the CUDA runtime once per process and returns what
 // it found, or an error wrapping ErrUnavailable that says what was tried.
@@ -69,11 +87,15 @@ func Load() (*Library, error) {
 }
 
 func load() (*Library, error) {
-	nh, nfrom, err := open("NCCL", os.Getenv("GODIST_NCCL_LIBRARY"), ncclNames)
+	var c Config
+	if p := config.Load(); p != nil {
+		c = *p
+	}
+	nh, nfrom, err := open("NCCL", c.NCCLLibrary, NCCLNames)
 	if err != nil {
 		return nil, err
 	}
-	ch, cfrom, err := open("the CUDA runtime", os.Getenv("GODIST_CUDART_LIBRARY"), cudartNames)
+	ch, cfrom, err := open("the CUDA runtime", c.CUDARTLibrary, CUDARTNames)
 	if err != nil {
 		return nil, err
 	}

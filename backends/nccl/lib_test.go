@@ -21,7 +21,7 @@ func hasDriver() bool {
 }
 
 // TestLoadWheel loads the wheel's libnccl.so.2 and libcudart.so.13 (TestMain
-// points GODIST_NCCL_LIBRARY and GODIST_CUDART_LIBRARY at them): no GPU is
+// points Load's Config at them): no GPU is
 // needed to load them, ask their versions or make a unique id.
 func TestLoadWheel(t *testing.T) {
 	if !wheelLoaded {

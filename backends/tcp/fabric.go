@@ -39,8 +39,8 @@ func NewFabric(cfg NetConfig) (*Fabric, error) {
 
 // NewFabricChoice returns a fabric that listens and publishes as c says,
 // authenticating its connections with the job secret if there is one
-// (auth.FromEnv).
-func NewFabricChoice(c Choice) *Fabric { return &Fabric{choice: c, key: auth.FromEnv(auth.Transport)} }
+// (auth.Current).
+func NewFabricChoice(c Choice) *Fabric { return &Fabric{choice: c, key: auth.Current(auth.Transport)} }
 
 // Choice is where the fabric listens and what it publishes.
 func (f *Fabric) Choice() Choice { return f.choice }

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-# Status codes: the same table as capi/errors.go.
+# Status codes: the same table as capi/errors.go (statusNames), which _lib.py
+# compares with this one when it loads the library (godist_facts).
 OK = 0
 INVALID = 1
 TIMEOUT = 2
@@ -24,8 +25,8 @@ TYPE = 10
 
 
 # Causes (godist_error.cause): what went wrong, finer than the status code.
-# The same table as capi/errors.go, by index; _lib.py checks its length at
-# load.
+# The same table as capi/errors.go (causeNames), by index; _lib.py compares
+# them at load.
 CAUSES = ("", "invalid", "timeout", "peer_left", "conn_lost", "closed", "broken", "size_mismatch", "not_arrived",
           "handle", "store", "internal", "unsupported", "desync")
 

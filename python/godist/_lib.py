@@ -7,21 +7,23 @@ own layout at load). An op's entry point takes one :class:`GodistOp`:
 failure. Each other function whose last two parameters are the error buffer
 is wrapped so that callers do not pass it: ``lib.pg_seq(...)`` calls
 ``godist_pg_seq`` with a thread-local buffer. The library is loaded lazily (first use), refuses to run in a
-forked child of the loading process, and checks the ABI version.
+forked child of the loading process, and checks the ABI version, the structs'
+layout and the tables of :func:`facts`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import struct
 import threading
 from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint64, c_void_p
 
-from . import _errors, _log
+from . import _errors, _log, _types
 
-ABI_VERSION = 11
+ABI_VERSION = 12
 # GODIST_ASYNC (capi/godist.h): an asynchronous op, whose handle Go pushes
 # to the completion queue once watched. Without it an op is synchronous.
 ASYNC = 1
@@ -97,6 +99,8 @@ _DECLS = {
     "godist_live_handles": (c_int64, []),
     "godist_gomaxprocs": (c_int32, []),
     "godist_runtime_stats": (None, [POINTER(c_int64), POINTER(c_int64)]),
+    # the tables Go defines and Python reads (capi/facts.go): JSON into (buf, capacity, *outlen)
+    "godist_facts": (c_int, [c_void_p, c_int64, POINTER(c_int64)] + _ERR),
     # process groups
     "godist_pg_create": (c_int, [c_int32, c_int32, c_char_p, c_int64, c_char_p, c_char_p, c_char_p, c_char_p, _U64P]
                          + _ERR),
@@ -181,6 +185,7 @@ _DECLS = {
 
 _lock = threading.Lock()
 _lib = None
+_facts: dict = {}
 _loaded_pid = None
 _forked = False
 _tls = threading.local()
@@ -325,7 +330,10 @@ def load() -> _Lib:
             if ver != ABI_VERSION:
                 raise ImportError(f"godist: {path} has ABI version {ver}, this package needs {ABI_VERSION}; rebuild it")
             _check_layout(cdll, path)
-            _lib = _Lib(cdll)
+            lib = _Lib(cdll)
+            _facts.update(json.loads(read_bytes(lib.facts)))
+            _check_facts(_facts, path)
+            _lib = lib
             _loaded_pid = os.getpid()
             _log.setup(_lib)
     return _lib
@@ -362,6 +370,38 @@ def _check_layout(cdll, path):
     if n != len(want) or list(got) != want:
         raise ImportError(f"godist: {path} lays out its C structs as {list(got)[:n]}, this package declares {want}; "
                           "capi/godist.h and python/godist/_lib.py disagree")
+
+
+def facts() -> dict:
+    """godist_facts (capi/facts.go), read once at load: the tables defined
+    in Go that Python uses too. ``status`` and ``causes`` (godist._errors'
+    tables), ``dtypes`` and ``reduce_ops`` (godist._types' codes), checked
+    at load; ``transports`` (the names GODIST_TRANSPORT accepts),
+    ``rendezvous`` (the store keys, ``record_key`` with ``{gen}`` and
+    ``{rank}``), ``nccl`` (``reduce_ops``: the reduce op codes NCCL applies
+    to each dtype code it reduces; ``complex_ops``: those a complex tensor
+    may be reduced with through its real view) and ``libraries`` (the names
+    NCCL, the CUDA runtime and each MPI implementation's library are loaded
+    by, in the order tried)."""
+    load()
+    return _facts
+
+
+def _python_facts() -> dict:
+    """The tables of _errors and _types as godist_facts spells them."""
+    return {"status": {n: v for n, v in vars(_errors).items() if n.isupper() and type(v) is int},
+            "causes": list(_errors.CAUSES),
+            "dtypes": {str(d).removeprefix("torch."): c for d, c in _types.DTYPE_CODES.items()},
+            "reduce_ops": {name: c for c, name in _types.OP_NAMES.items()}}
+
+
+def _check_facts(go: dict, path):
+    """Refuse a library whose status codes, causes, dtype or reduce op codes
+    differ from godist._errors' and godist._types'."""
+    for key, want in _python_facts().items():
+        if go.get(key) != want:
+            raise ImportError(f"godist: {path} numbers its {key} as {go.get(key)}, this package as {want}; "
+                              "capi/ and python/godist/ disagree")
 
 
 def buf_list(pairs):

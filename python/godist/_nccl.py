@@ -24,6 +24,7 @@ the communicator) on every rank that waits for it.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 
@@ -33,12 +34,19 @@ from . import _checks, _errors, _lib, _types
 from ._args import _async, _Outputs
 from .work import GodistWork, _Group, completer
 
-# dtype codes the NCCL path reduces (capi reads them as godist's codes;
-# backends/nccl/calls.go maps them to NCCL's). Complex tensors reduce as
-# their real views, like torch's nccl backend.
-_REDUCIBLE = {d: c for d, c in _types.DTYPE_CODES.items() if d not in (torch.int16, torch.complex64, torch.complex128)}
-_COMPLEX_OK = {0, 1, 8}  # SUM, AVG, PREMUL_SUM act on real and imaginary parts alike
 _HANDLE = _errors.CAUSES.index("handle")
+
+
+@functools.cache
+def _rules():
+    """What the NCCL path reduces, from backends/nccl/calls.go (godist_facts):
+    (the torch dtypes it reduces -> their codes, the reduce op codes per
+    dtype code, the ops a complex tensor may use through its real view, as
+    torch's nccl backend reduces complex tensors)."""
+    f = _lib.facts()["nccl"]
+    ops = {int(d): frozenset(o) for d, o in f["reduce_ops"].items()}
+    reducible = {d: c for d, c in _types.DTYPE_CODES.items() if c in ops}
+    return reducible, ops, frozenset(f["complex_ops"])
 
 
 def _dev_of(op: str, name: str, t) -> torch.Tensor:
@@ -297,18 +305,22 @@ class NcclPath:
     # ----- helpers ------------------------------------------------------
     def _reduction(self, op, name, t, opts):
         code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
+        reducible, ops, complex_ops = _rules()
         if t.is_complex():
-            if code not in _COMPLEX_OK:
+            if code not in complex_ops:
                 raise ValueError(f"godist: {op}: {_types.OP_NAMES[code]} is not defined on complex tensors")
             t = torch.view_as_real(t)
-        dt = _REDUCIBLE.get(t.dtype)
+        dt = reducible.get(t.dtype)
         if dt is None:
             raise TypeError(f"godist: {op}: {name} has dtype {t.dtype}, which NCCL cannot reduce")
-        if code in (5, 6, 7):
-            raise ValueError(f"godist: {op}: {_types.OP_NAMES[code]} is not supported on CUDA tensors "
-                             "(NCCL has no bitwise reductions; torch's nccl backend refuses it too)")
-        if t.dtype == torch.bool and code not in (0, 2, 3, 4):
-            raise ValueError(f"godist: {op}: {_types.OP_NAMES[code]} is not defined on bool tensors")
+        if code not in ops[dt]:
+            if not any(code in o for o in ops.values()):
+                known = sorted(set().union(*ops.values()))
+                raise ValueError(f"godist: {op}: {_types.OP_NAMES[code]} is not supported on CUDA tensors: NCCL "
+                                 f"reduces with {', '.join(_types.OP_NAMES[c] for c in known)} only (no bitwise "
+                                 "reductions; torch's nccl backend refuses them too)")
+            raise ValueError(f"godist: {op}: {_types.OP_NAMES[code]} is not defined on {t.dtype} tensors "
+                             "on the NCCL path")
         return {"dtype": dt, "reduce_op": code, "factor": factor}
 
     def _timeout(self, opts):

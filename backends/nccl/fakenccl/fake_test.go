@@ -27,6 +27,9 @@ import (
 // skip is why the tests cannot run (no C compiler), or "".
 var skip string
 
+// fakeSO is the fake library's path, which TestMain points nccl.Config at.
+var fakeSO string
+
 // TestMain builds the fake into a temporary folder and points
 // backends/nccl at it before anything loads NCCL: this test binary's
 // nccl.Load sees only the fake.
@@ -52,8 +55,8 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "building the fake NCCL: %v\n%s", err, out)
 		return 1
 	}
-	os.Setenv("GODIST_NCCL_LIBRARY", so)
-	os.Setenv("GODIST_CUDART_LIBRARY", so)
+	nccl.Configure(nccl.Config{NCCLLibrary: so, CUDARTLibrary: so})
+	fakeSO = so
 	if err := fakenccl.Open(so); err != nil {
 		fmt.Fprintf(os.Stderr, "loading the fake NCCL: %v\n", err)
 		return 1
@@ -142,7 +145,7 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "2.30.7", lib.VersionString())
 	require.Equal(t, 13000, lib.RuntimeVersion)
-	require.Equal(t, os.Getenv("GODIST_NCCL_LIBRARY"), lib.NCCLFrom)
+	require.Equal(t, fakeSO, lib.NCCLFrom)
 	a, err := lib.UniqueID()
 	require.NoError(t, err)
 	b, err := lib.UniqueID()

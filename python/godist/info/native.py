@@ -18,9 +18,9 @@ import sys
 import time
 
 NATIVE_TIMEOUT_S = 30
-MPI_NOTE = ("godist loads this MPI's library (libmpi.so.40, libmpich.so.12 or libmpi.so.12 from the loader's search "
-            "path, or GODIST_MPI_LIBRARY), then its shim for this MPI (godist/mpi/), when a process started by mpirun "
-            "initialises with init_method=\"mpi://\" or makes a group with GODIST_TRANSPORT=mpi")
+MPI_NOTE = ("godist loads this MPI's library ({} from the loader's search path, or GODIST_MPI_LIBRARY), then its "
+            "shim for this MPI (godist/mpi/), when a process started by mpirun initialises with "
+            "init_method=\"mpi://\" or makes a group with GODIST_TRANSPORT=mpi")
 USED_FOR_CUDA = ("godist's NCCL path loads {} when a group first gets CUDA tensors (the copy torch has loaded, "
                  "else this one): gpus.nccl_path says what it found")
 
@@ -185,11 +185,31 @@ def _nvidia_dirs() -> list[str]:
     return list(dict.fromkeys(os.path.realpath(d) for d in dirs))
 
 
-def _native_specs() -> dict:
-    """Where each native library is looked for, in the order a GPU or MPI
-    path would: torch's own pip packages, LD_LIBRARY_PATH, the loader."""
-    import torch
+def loader_names() -> dict:
+    """The names godist's NCCL and MPI paths give the dynamic loader, in the
+    order they try them (godist_facts: backends/nccl/lib.go,
+    backends/mpi/lib.go); empty lists when the library cannot be loaded."""
+    from .. import _lib
 
+    libs = None
+    for _ in range(2):  # a ValueError the first time: loaded, but GODIST_LOG_LEVEL is invalid
+        try:
+            libs = _lib.facts()["libraries"]
+            break
+        except ValueError:
+            continue
+        except (ImportError, OSError, AttributeError):
+            break
+    if libs is None:
+        return {"nccl": [], "cudart": [], "mpi": []}
+    mpi = [n for impl in libs["mpi_impls"] for n in libs["mpi"].get(impl, [])]
+    return {"nccl": libs["nccl"], "cudart": libs["cudart"], "mpi": list(dict.fromkeys(mpi))}
+
+
+def _native_specs() -> dict:
+    """Where each native library is looked for: torch's own pip packages,
+    LD_LIBRARY_PATH, then the names godist's GPU and MPI paths give the
+    loader (loader_names)."""
     ld = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
     nv = _nvidia_dirs()
     pip, ldp, loader = "torch's environment (nvidia-{} package)", "LD_LIBRARY_PATH", "system loader"
@@ -201,17 +221,16 @@ def _native_specs() -> dict:
             out += [{"where": where, "path": p} for p in found] or [{"where": where, "path": os.path.join(d, pattern)}]
         return out
 
-    major = (torch.version.cuda or "").split(".")[0]
-    cudart = [f"libcudart.so.{v}" for v in dict.fromkeys([major, "13", "12", "11.0"]) if v] + ["libcudart.so"]
+    names = loader_names()
     mpirun = shutil.which("mpirun")
     mpi_dirs = [os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(mpirun))), "lib")] if mpirun else []
     return {
         "nccl": in_dirs(pip.format("nccl"), [os.path.join(d, "nccl", "lib") for d in nv], "libnccl.so.2")
-        + in_dirs(ldp, ld, "libnccl.so.2") + [{"where": loader, "path": "libnccl.so.2"}],
+        + in_dirs(ldp, ld, "libnccl.so.2") + [{"where": loader, "path": n} for n in names["nccl"]],
         "cudart": in_dirs(pip.format("cuda-runtime"), [os.path.join(d, "*", "lib") for d in nv], "libcudart.so.[0-9]*")
-        + in_dirs(ldp, ld, "libcudart.so.[0-9]*") + [{"where": loader, "path": n} for n in cudart],
+        + in_dirs(ldp, ld, "libcudart.so.[0-9]*") + [{"where": loader, "path": n} for n in names["cudart"]],
         "mpi": in_dirs("mpirun's installation", mpi_dirs, "libmpi.so*") + in_dirs(ldp, ld, "libmpi.so*")
-        + [{"where": loader, "path": n} for n in ("libmpi.so.40", "libmpi.so.12", "libmpi.so")],
+        + [{"where": loader, "path": n} for n in names["mpi"]],
         "nvml": [{"where": loader, "path": "libnvidia-ml.so.1"}],
     }
 
@@ -239,7 +258,8 @@ def _libraries() -> tuple[dict, dict]:
     from .._mpi import shim_dir
 
     shims = sorted(f for f in os.listdir(shim_dir()) if f.endswith(".so")) if os.path.isdir(shim_dir()) else []
-    mpi = dict(res["mpi"], mpirun=_mpirun(), used_by_godist=True, note=MPI_NOTE, shims=shims)
+    sonames = ", ".join(loader_names()["mpi"]) or "its soname"
+    mpi = dict(res["mpi"], mpirun=_mpirun(), used_by_godist=True, note=MPI_NOTE.format(sonames), shims=shims)
     nv = res["nvml"]
     gpus = {"driver": bool(nv.get("initialized")), "nvml_path": nv["path"], "driver_version": nv.get("driver_version"),
             "cuda_driver_version": nv.get("cuda_driver_version"), "devices": nv.get("devices", []),

@@ -76,16 +76,33 @@ BUILD_SETTINGS = {
 }
 
 
+def _transport_names() -> list[str] | None:
+    """The names GODIST_TRANSPORT accepts (godist_facts: assemble.TransportNames);
+    None when the library does not load."""
+    from .. import _lib
+
+    for _ in range(2):  # a ValueError the first time: loaded, but GODIST_LOG_LEVEL is invalid
+        try:
+            return _lib.facts()["transports"]
+        except ValueError:
+            continue
+        except (ImportError, OSError, AttributeError):
+            return None
+    return None
+
+
 def _effect(name: str, v: str) -> tuple[str, str | None]:
     """What value v of setting name does, and a problem with it if any."""
     u = v.strip().upper()
     if name == "GODIST_TRANSPORT":
+        names = _transport_names()
+        if names is not None and u and u.lower() not in names:
+            return "invalid: creating a group raises ValueError", f"use {', '.join(names[:-1])} or {names[-1]}"
         return {"AUTO": ("shared memory between the ranks of a group on this host, TCP otherwise", None),
                 "": ("shared memory between the ranks of a group on this host, TCP otherwise", None),
                 "TCP": ("TCP only, also between ranks on this host", None),
                 "MPI": ("MPI's point-to-point messages and collectives (the process must be started by mpirun)",
-                        None)}.get(
-            u, ("invalid: creating a group raises ValueError", "use auto, tcp or mpi"))
+                        None)}.get(u, ("unknown: the godist library, which knows the names, does not load", None))
     if name == "GODIST_BIND_ADDR":
         return (f"TCP listens on {v}" if v else "GODIST_SOCKET_IFNAME or the route to the store's host choose "
                 "TCP's addresses"), None
