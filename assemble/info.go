@@ -7,6 +7,7 @@ import (
 	"github.com/godist/godist/backends/nccl"
 	"github.com/godist/godist/backends/shm"
 	"github.com/godist/godist/backends/tcp"
+	"github.com/godist/godist/libgodist/reduce"
 )
 
 // What the library says about the backends outside a group: the checks of
@@ -78,3 +79,20 @@ func BadArgument(err error) bool {
 	var e *mpi.Error
 	return errors.As(err, &e) && e.Code == mpi.ErrArg || errors.Is(err, errMPINotOpen)
 }
+
+// Libraries names the native libraries the backends load, in the order
+// they are tried (after the GODIST_*_LIBRARY settings).
+type Libraries struct {
+	NCCL, CUDART []string
+	MPIImpls     []string            // the MPI implementations with a shim, in the order tried
+	MPI          map[string][]string // each implementation's MPI library sonames
+}
+
+// LibraryNames returns the backends' library search lists.
+func LibraryNames() Libraries {
+	return Libraries{NCCL: nccl.NCCLNames, CUDART: nccl.CUDARTNames, MPIImpls: mpi.Impls, MPI: mpi.MPILibraries}
+}
+
+// NCCLRules returns the reduce ops the NCCL path applies to each dtype it
+// reduces, and those a complex tensor may be reduced with (nccl.Rules).
+func NCCLRules() (ops map[reduce.DType][]reduce.Op, complexOps []reduce.Op) { return nccl.Rules() }

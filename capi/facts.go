@@ -10,8 +10,6 @@ import (
 	"unsafe"
 
 	"github.com/godist/godist/assemble"
-	"github.com/godist/godist/backends/mpi"
-	"github.com/godist/godist/backends/nccl"
 	"github.com/godist/godist/libgodist"
 	"github.com/godist/godist/libgodist/reduce"
 )
@@ -61,9 +59,9 @@ func opCodes(ops []reduce.Op) []int {
 
 func collectFacts() facts {
 	f := facts{Status: statusNames, Causes: causeNames[:], DTypes: map[string]int{}, ReduceOps: map[string]int{},
-		Transports: assemble.TransportNames, NCCL: ncclFacts{ReduceOps: map[string][]int{}},
-		Libraries: libraryFacts{NCCL: nccl.NCCLNames, CUDART: nccl.CUDARTNames, MPIImpls: mpi.Impls,
-			MPI: mpi.MPILibraries}}
+		Transports: assemble.TransportNames, NCCL: ncclFacts{ReduceOps: map[string][]int{}}}
+	libs := assemble.LibraryNames()
+	f.Libraries = libraryFacts{NCCL: libs.NCCL, CUDART: libs.CUDART, MPIImpls: libs.MPIImpls, MPI: libs.MPI}
 	for d := reduce.DType(0); d.Valid(); d++ {
 		f.DTypes[d.String()] = int(d)
 	}
@@ -71,7 +69,7 @@ func collectFacts() facts {
 		f.ReduceOps[o.String()] = int(o)
 	}
 	f.Rendezvous.GenerationKey, f.Rendezvous.RecordKey = libgodist.RendezvousKeys()
-	ops, complexOps := nccl.Rules()
+	ops, complexOps := assemble.NCCLRules()
 	for d, os := range ops {
 		f.NCCL.ReduceOps[strconv.Itoa(int(d))] = opCodes(os)
 	}
