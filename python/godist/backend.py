@@ -190,7 +190,14 @@ class GodistBackend(OnGroup, _Base):
         n = self._splits
         self._splits += 1
         if me not in ranks:
-            return None
+            # torch's C++ trampoline cannot return None from a Python
+            # backend (it crashes); GodistProcessGroup.split_group keeps
+            # such ranks away, a GodistBackend under torch's own
+            # ProcessGroup cannot.
+            raise RuntimeError(
+                f"godist: split_group: rank {me} is in none of the child groups; on a group that torch's own "
+                "ProcessGroup wraps (init_process_group('cpu:godist,...')), every rank must be in one of the "
+                "split groups (list each rank once), or use dist.new_group")
         timeout = getattr(opts, "_timeout", None) or self._g._timeout
         name = getattr(opts, "group_name", "") or f"{self._g._name}:split:{n}"
         child_store = dist.PrefixStore(f"godist-split/{name}/", self._g._store)

@@ -116,6 +116,16 @@ class GodistProcessGroup(OnGroup, _PG):
         self._hook_ids.discard(("post", int(hook_id)))
         self._rehook()
 
+    # ----- new groups from this one ---------------------------------------
+    def split_group(self, ranks, *args, **kwargs):
+        """torch's ProcessGroup.split_group; a rank outside ``ranks`` (in no
+        child group) gets None without reaching the backend: torch's C++
+        trampoline for a Python backend's ``split`` cannot return None."""
+        if self._backend is not None and self.rank() not in [int(r) for r in ranks]:
+            self._backend._splits += 1  # as split does, so that unnamed children match
+            return None
+        return _PG.split_group(self, ranks, *args, **kwargs)
+
     # ----- reconfigure (torch 2.15) ---------------------------------------
     @property
     def supports_reconfigure(self) -> bool:

@@ -276,7 +276,16 @@ def _mixed_worker(rank, n, init_file):
     cpu, cuda = pg._get_backend(torch.device("cpu")), pg._get_backend(torch.device("cuda"))
     t = torch.full((4,), float(rank + 1))
     dist.all_reduce(t)
-    return type(pg).__name__, isinstance(cpu, godist.GodistBackend), type(cuda).__name__, t.tolist()
+    # A rank in no child group: torch cannot take None from a Python
+    # backend's split, so godist's backend says why instead of crashing.
+    try:
+        child = dist.split_group(split_ranks=[[0]])
+        split = ("ok", child.size())
+    except RuntimeError as e:
+        split = ("error", "none of the child groups" in str(e))
+    u = torch.ones(2)
+    dist.all_reduce(u)
+    return type(pg).__name__, isinstance(cpu, godist.GodistBackend), type(cuda).__name__, t.tolist(), split, u.tolist()
 
 
 @needs_backend
@@ -285,9 +294,10 @@ def test_device_map_routes_cpu_to_godist_and_cuda_elsewhere():
     """init_process_group("cpu:godist,cuda:gloo"): torch's ProcessGroup
     routes CPU tensors to godist's backend and CUDA tensors to the other
     backend (gloo stands in for nccl on a host without a GPU)."""
-    for pg_type, cpu_is_godist, cuda_type, t in run_world(_mixed_worker, 2, timeout=100):
+    for r, (pg_type, cpu_is_godist, cuda_type, t, split, u) in enumerate(run_world(_mixed_worker, 2, timeout=100)):
         assert pg_type == "ProcessGroup" and cpu_is_godist and cuda_type == "ProcessGroupGloo"
-        assert t == [3.0] * 4
+        assert t == [3.0] * 4 and u == [2.0] * 2
+        assert split == (("ok", 1) if r == 0 else ("error", True)), split
 
 
 def _split_worker(rank, n, init_file):
@@ -313,9 +323,16 @@ def _split_worker(rank, n, init_file):
     gloo_split_s = time.perf_counter() - t0
     v = torch.full((4,), float(rank + 1))
     dist.all_reduce(v, group=gchild)
+    # Ranks 2 and 3 are in no child group: they are not members.
+    part = dist.split_group(split_ranks=[[0, 1]])
+    member = part is not None and part != dist.GroupMember.NON_GROUP_MEMBER
+    w = torch.full((2,), float(rank + 1))
+    if member:
+        dist.all_reduce(w, group=part)
+    dist.barrier()
     return {"t": t.tolist(), "u": u.tolist(), "v": v.tolist(), "child_rank": child.rank(), "child_size": child.size(),
             "godist": isinstance(godist.group_of(child), godist._group.Group), "split_s": split_s, "new_s": new_s,
-            "gloo_split_s": gloo_split_s}
+            "gloo_split_s": gloo_split_s, "member": member, "w": w.tolist()}
 
 
 @needs_backend
@@ -328,6 +345,7 @@ def test_split_group_forms_working_children():
         want = [4.0] * 4 if r in (0, 2) else [6.0] * 4
         assert out["t"] == out["u"] == out["v"] == want, out
         assert out["child_size"] == 2 and out["child_rank"] == r // 2 and out["godist"], out
+        assert out["member"] == (r < 2) and out["w"] == ([3.0] * 2 if r < 2 else [r + 1.0] * 2), out
 
 
 def _shrink_worker(rank, n, init_file, flags):
