@@ -31,6 +31,7 @@ from .backend import AVAILABLE as _HAS_BACKEND
 from .process_group import GodistProcessGroup, close_all, dump_state, group_of, topology  # noqa: F401
 from .store import FileStore, HashStore, PrefixStore, TCPServer, TCPStore
 from .work import GodistWork  # noqa: F401
+from . import ops  # noqa: F401,E402  (registers torch.ops.godist.*)
 
 BACKEND: Final[str] = "godist"
 

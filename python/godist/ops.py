@@ -1,0 +1,125 @@
+"""Collectives as torch custom ops: ``torch.ops.godist.*``.
+
+What inference frameworks call their private CPU kernels through, for any
+process group (godist's, or any other backend's), any dtype, reduce op and
+layout, and inside ``torch.compile`` graphs without a graph break::
+
+    import godist.ops  # registers the ops
+
+    torch.ops.godist.all_reduce_(t, "sum", "")           # in place; "" = the default group
+    out = torch.ops.godist.all_gather(t, group_name)     # ranks' tensors stacked on dim 0
+    out = torch.ops.godist.reduce_scatter(t, "sum", "")  # dim 0 split across ranks
+
+A group is named as torch names it (``group.group_name``; ``""`` is the
+default group). The reduce op is a name: sum, avg, product, min, max, band,
+bor, bxor. Each op runs on the group's own ProcessGroup method, so a godist
+group takes its small-op fast path.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+__all__ = ["all_reduce_", "all_gather", "reduce_scatter", "resolve_group", "reduce_op"]
+
+_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "avg": dist.ReduceOp.AVG,
+    "product": dist.ReduceOp.PRODUCT,
+    "prod": dist.ReduceOp.PRODUCT,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+    "band": dist.ReduceOp.BAND,
+    "bor": dist.ReduceOp.BOR,
+    "bxor": dist.ReduceOp.BXOR,
+}
+
+
+def reduce_op(name: str):
+    """torch's ReduceOp for one of the names the ops take."""
+    try:
+        return _OPS[name.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(f"godist: unknown reduce op {name!r} (use one of {sorted(_OPS)})") from None
+
+
+def resolve_group(group_name: str):
+    """The ProcessGroup named group_name ("" for the default group)."""
+    if not dist.is_initialized():
+        raise RuntimeError("godist: torch.ops.godist.*: call dist.init_process_group first")
+    if not group_name:
+        return dist.distributed_c10d._get_default_group()
+    try:
+        return dist.distributed_c10d._resolve_process_group(group_name)
+    except Exception as e:
+        raise ValueError(f"godist: no process group is named {group_name!r} ({e})") from None
+
+
+def _check(op: str, t: Tensor) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"godist: {op}: expected a tensor, got {type(t).__name__}")
+
+
+@torch.library.custom_op("godist::all_reduce_", mutates_args=("tensor",))
+def all_reduce_(tensor: Tensor, op: str, group_name: str) -> None:
+    """Reduces tensor in place across the ranks of the group."""
+    _check("all_reduce_", tensor)
+    pg = resolve_group(group_name)
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = reduce_op(op)
+    if tensor.is_contiguous():
+        pg.allreduce([tensor], opts).wait()
+        return
+    flat = tensor.contiguous()
+    pg.allreduce([flat], opts).wait()
+    tensor.copy_(flat)
+
+
+@all_reduce_.register_fake
+def _(tensor: Tensor, op: str, group_name: str) -> None:
+    return None
+
+
+@torch.library.custom_op("godist::all_gather", mutates_args=())
+def all_gather(tensor: Tensor, group_name: str) -> Tensor:
+    """Every rank's tensor, in rank order, concatenated along dim 0 (a 0-d
+    tensor becomes one element per rank)."""
+    _check("all_gather", tensor)
+    pg = resolve_group(group_name)
+    inp = tensor.contiguous().reshape(-1) if tensor.dim() == 0 else tensor.contiguous()
+    out = inp.new_empty((pg.size() * inp.shape[0],) + tuple(inp.shape[1:]))
+    dist.all_gather_into_tensor(out, inp, group=pg)
+    return out
+
+
+@all_gather.register_fake
+def _(tensor: Tensor, group_name: str) -> Tensor:
+    inp = tensor.reshape(-1) if tensor.dim() == 0 else tensor
+    return inp.new_empty((_size(group_name) * inp.shape[0],) + tuple(inp.shape[1:]))
+
+
+@torch.library.custom_op("godist::reduce_scatter", mutates_args=())
+def reduce_scatter(tensor: Tensor, op: str, group_name: str) -> Tensor:
+    """This rank's slice of the reduction: dim 0 of tensor (a multiple of
+    the group's size) split evenly across the ranks."""
+    _check("reduce_scatter", tensor)
+    pg = resolve_group(group_name)
+    n = pg.size()
+    if tensor.dim() == 0 or tensor.shape[0] % n:
+        raise ValueError(f"godist: reduce_scatter: dim 0 of the input ({tuple(tensor.shape)}) must be a multiple "
+                         f"of the group's size {n}")
+    out = tensor.new_empty((tensor.shape[0] // n,) + tuple(tensor.shape[1:]))
+    dist.reduce_scatter_tensor(out, tensor.contiguous(), op=reduce_op(op), group=pg)
+    return out
+
+
+@reduce_scatter.register_fake
+def _(tensor: Tensor, op: str, group_name: str) -> Tensor:
+    n = _size(group_name)
+    return tensor.new_empty((tensor.shape[0] // n,) + tuple(tensor.shape[1:]))
+
+
+def _size(group_name: str) -> int:
+    return resolve_group(group_name).size()
