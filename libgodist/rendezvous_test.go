@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/godist/godist/assemble"
 	"github.com/godist/godist/backends/shm"
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
@@ -327,4 +329,72 @@ func TestArenaNotCreatedFallsBackAtOnce(t *testing.T) {
 	requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
 		return pg.AllReduce(i64s(int64(r)), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
 	}))
+}
+
+// TestArenaCreatedWhileRanksMeet: a job whose store is on a loopback
+// address (or has none) has rank 0 create the arena at New; the group
+// opens it, and every rank's Close leaves no file behind, whether the
+// group connected or was closed before connecting.
+func TestArenaCreatedWhileRanksMeet(t *testing.T) {
+	dir := t.TempDir()
+	old := shm.DefaultDir
+	shm.DefaultDir = dir
+	t.Cleanup(func() { shm.DefaultDir = old })
+	const n = 3
+	newGroup := func(group string) ([]*ProcessGroup, [][]byte) {
+		pgs := make([]*ProcessGroup, n)
+		recs := make([][]byte, n)
+		for r := range pgs {
+			set, err := assemble.Backends(assemble.Options{PeerHost: "127.0.0.1", Transport: assemble.TransportAuto})
+			require.NoError(t, err)
+			pg, err := New(Config{Rank: r, Size: n, Group: group, Timeout: 10 * time.Second}, set)
+			require.NoError(t, err)
+			pgs[r] = pg
+			recs[r], err = pg.LocalRecord()
+			require.NoError(t, err)
+		}
+		return pgs, recs
+	}
+	closeAll := func(pgs []*ProcessGroup) {
+		var wg sync.WaitGroup
+		for _, pg := range pgs {
+			wg.Add(1)
+			go func() { defer wg.Done(); pg.Close() }()
+		}
+		wg.Wait()
+	}
+	arenas := func() []string {
+		m, err := filepath.Glob(filepath.Join(dir, "godist-*"))
+		require.NoError(t, err)
+		var out []string
+		for _, p := range m {
+			if !strings.HasPrefix(filepath.Base(p), "godist-probe-") {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+
+	pgs, recs := newGroup("early")
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, pg := range pgs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = pg.Connect(recs, 10*time.Second) }()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+		require.Equal(t, "shm", pgs[r].Offload(), "rank %d", r)
+	}
+	requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
+		return pg.AllReduce(i64s(int64(r)), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+	}))
+	closeAll(pgs)
+	require.Empty(t, arenas())
+
+	pgs, _ = newGroup("never")
+	testutil.Eventually(t, 5*time.Second, func() bool { return len(arenas()) == 1 }, "rank 0 creates the arena at New")
+	closeAll(pgs) // before Connect: the arena made at New goes too
+	require.Empty(t, arenas())
 }
