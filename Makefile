@@ -118,7 +118,8 @@ $(COMPAT_STAMP): requirements-dev.txt
 # tensors: they run once, under the main torch.
 COMPAT_SKIP := test_hosts.py test_bench_hosts.py test_fault_matrix.py test_soak.py test_torchft_faults.py \
 	test_agreement.py test_faults.py test_desync.py test_auth.py test_store.py test_packaging.py test_mpi.py \
-	test_mpi_shim.py test_bench_mpi.py test_nccl.py test_nccl_fake.py test_gpuinfo.py test_info.py test_netif.py
+	test_mpi_shim.py test_bench_mpi.py test_nccl.py test_nccl_fake.py test_gpuinfo.py test_info.py test_netif.py \
+	test_facts.py
 test-compat: install $(COMPAT_STAMP)
 	PYTHONPATH=$(CURDIR)/python $(COMPAT_VENV)/bin/python -m pytest python/tests \
 		$(foreach f,$(COMPAT_SKIP),--ignore=python/tests/$(f))
