@@ -3,6 +3,7 @@ package libgodist
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -79,6 +80,7 @@ type fakeComm struct {
 	entered   chan struct{} // if set, Launch closes it on entry
 	aborts    int
 	closes    int
+	looks     map[backend.Event]int // Done calls per event: the watchdog's polls
 }
 
 func (c *fakeComm) Launch(_ context.Context, stream uintptr, async bool, calls []backend.DeviceCall) (backend.Event, error) {
@@ -108,7 +110,37 @@ func (c *fakeComm) Launch(_ context.Context, stream uintptr, async bool, calls [
 func (c *fakeComm) Done(ev backend.Event) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.looks == nil {
+		c.looks = map[backend.Event]int{}
+	}
+	c.looks[ev]++
 	return c.done[ev], nil
+}
+
+// looked returns how many times the watchdog has asked whether ev is done.
+func (c *fakeComm) looked(ev backend.Event) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.looks[ev]
+}
+
+// watched waits until the watchdog has polled each of evs n more times
+// than when it was called: an op whose event is not done by then has
+// stayed pending through n of the watchdog's looks at it.
+func watched(t *testing.T, c *fakeComm, n int, evs ...backend.Event) {
+	t.Helper()
+	want := make([]int, len(evs))
+	for i, ev := range evs {
+		want[i] = c.looked(ev) + n
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		for i, ev := range evs {
+			if c.looked(ev) < want[i] {
+				return false
+			}
+		}
+		return true
+	}, fmt.Sprintf("%d watchdog polls of events %v", n, evs))
 }
 
 func (c *fakeComm) Order(stream uintptr, ev backend.Event) error {
@@ -248,7 +280,7 @@ func TestDeviceRunCompletesOnEvent(t *testing.T) {
 		require.Equal(t, 2, l.calls[1].Root, "the group communicator's ranks are the group's")
 	}
 	// Nothing completes before its event.
-	time.Sleep(20 * watchdogTick)
+	watched(t, c, 20, launches[0].ev, launches[1].ev, launches[2].ev)
 	for _, w := range ws {
 		requirePending(t, w)
 	}
@@ -260,15 +292,14 @@ func TestDeviceRunCompletesOnEvent(t *testing.T) {
 	c.complete(launches[2].ev)
 	require.NoError(t, waitWork(t, ws[0], 5*time.Second))
 	require.NoError(t, waitWork(t, ws[2], 5*time.Second))
-	// A little more watchdog time: nothing is released twice.
-	time.Sleep(20 * watchdogTick)
-	_, _, released, aborts, _ := c.get()
+
+	// Close stops the watchdog and waits for it: nothing was released
+	// twice, by a later poll or by closing.
+	require.NoError(t, pg.Close())
+	_, _, released, aborts, closes := c.get()
 	require.Equal(t, map[backend.Event]int{launches[0].ev: 1, launches[1].ev: 1, launches[2].ev: 1}, released)
 	require.Zero(t, aborts)
-
-	require.NoError(t, pg.Close())
-	require.Equal(t, 1, c.closedN())
-	require.Zero(t, c.aborted())
+	require.Equal(t, 1, closes)
 }
 
 func TestDevicePairCommRoots(t *testing.T) {
@@ -387,7 +418,9 @@ func TestDeviceAsyncError(t *testing.T) {
 	require.NoError(t, err)
 	w2, err := pg.DeviceRun("allgather", allReduceOp(0))
 	require.NoError(t, err)
-	time.Sleep(20 * watchdogTick)
+	launches, _, _, _, _ := c.get()
+	require.Len(t, launches, 2)
+	watched(t, c, 20, launches[0].ev, launches[1].ev)
 	requirePending(t, w1)
 	requirePending(t, w2)
 	require.Zero(t, c.aborted())
@@ -502,8 +535,14 @@ func TestDeviceCloseWaitsForWork(t *testing.T) {
 		defer close(closed)
 		_ = pg.Close()
 	}()
-	// Close waits for the op: the communicator stays open meanwhile.
-	time.Sleep(30 * watchdogTick)
+	// Close waits for the op: the communicator stays open meanwhile, while
+	// the watchdog keeps polling the op's event.
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		pg.dev.mu.Lock()
+		defer pg.dev.mu.Unlock()
+		return pg.dev.closed
+	}, "Close to start")
+	watched(t, c, 30, c.lastEv())
 	select {
 	case <-closed:
 		t.Fatal("Close returned with an op in flight")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/wire"
@@ -298,8 +299,14 @@ func TestBarrier(t *testing.T) {
 			var mu sync.Mutex
 			arrived := 0
 			each(t, offs, func(ctx context.Context, r int, o *Offload) error {
-				if r == 0 {
-					time.Sleep(20 * time.Millisecond) // the others must wait for the last
+				if r == 0 { // the last in: the others must wait for it
+					if !testutil.WaitUntil(5*time.Second, func() bool {
+						mu.Lock()
+						defer mu.Unlock()
+						return arrived == len(place)-1
+					}) {
+						return fmt.Errorf("rank 0: the other %d ranks did not arrive", len(place)-1)
+					}
 				}
 				mu.Lock()
 				arrived++
@@ -335,6 +342,16 @@ func TestLostPeer(t *testing.T) {
 		offs[r] = newOffload(topo, &memHost{tr: nets[topo.host].Transport(topo.local)}, global.Transport(r))
 	}
 	global.Kill(3)
+	// Rank 3 dies on its host too once rank 2, its host peer, is in the
+	// call: at rank 2's first send on the host.
+	inCall := make(chan struct{})
+	var once sync.Once
+	nets[1].Hook = func(from, _ int, _ transport.Tag, _ int) error {
+		if from == 0 {
+			once.Do(func() { close(inCall) })
+		}
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -343,7 +360,13 @@ func TestLostPeer(t *testing.T) {
 		buf := data(r, shardMin, 1)
 		wg.Go(func() { errs[r] = offs[r].AllReduce(ctx, buf, 4, addF32) })
 	}
-	go func() { time.Sleep(100 * time.Millisecond); nets[1].Kill(1) }()
+	go func() {
+		select {
+		case <-inCall:
+			nets[1].Kill(1)
+		case <-ctx.Done():
+		}
+	}()
 	wg.Wait()
 	for r := range 3 {
 		require.Error(t, errs[r], "rank %d", r)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godist/godist/auth"
+	"github.com/godist/godist/internal/testutil"
 	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/wire"
@@ -33,8 +34,10 @@ func listenGroup(t *testing.T, n int, key *auth.Key) ([]*Listener, []Endpoint) {
 	return lns, eps
 }
 
-// connectAll runs Connect on every listener and returns the errors.
-func connectAll(t *testing.T, lns []*Listener, eps []Endpoint, within time.Duration) ([]*Transport, []error) {
+// connectAll runs Connect on every listener and returns the errors. With
+// first set, rank 0 connects alone until first returns, then the others
+// join it.
+func connectAll(t *testing.T, lns []*Listener, eps []Endpoint, within time.Duration, first func()) ([]*Transport, []error) {
 	t.Helper()
 	trs := make([]*Transport, len(lns))
 	errs := make([]error, len(lns))
@@ -42,6 +45,9 @@ func connectAll(t *testing.T, lns []*Listener, eps []Endpoint, within time.Durat
 	defer cancel()
 	var wg sync.WaitGroup
 	for r := range lns {
+		if r == 1 && first != nil {
+			first()
+		}
 		wg.Add(1)
 		go func() { defer wg.Done(); trs[r], errs[r] = lns[r].Connect(ctx, eps) }()
 	}
@@ -86,8 +92,10 @@ next:
 	return out
 }
 
-// stranger dials addr until stop, speaking as f says.
-func stranger(addr string, stop <-chan struct{}, tries *atomic.Int64, f func(c net.Conn)) {
+// stranger dials addr until stop, speaking as f says. It adds 1 to queued
+// once it holds its first connection.
+func stranger(addr string, stop <-chan struct{}, tries, queued *atomic.Int64, f func(c net.Conn)) {
+	first := true
 	for {
 		select {
 		case <-stop:
@@ -96,8 +104,12 @@ func stranger(addr string, stop <-chan struct{}, tries *atomic.Int64, f func(c n
 		}
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // a pause before dialling again, not an ordering
 			continue
+		}
+		if first {
+			first = false
+			queued.Add(1)
 		}
 		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
 		f(c)
@@ -111,7 +123,7 @@ func TestAuthGroupConnectsWhileStrangersHammer(t *testing.T) {
 	key := auth.NewKey([]byte("right"), auth.Transport)
 	lns, eps := listenGroup(t, 3, key)
 	stop := make(chan struct{})
-	var tries atomic.Int64
+	var tries, queued atomic.Int64
 	var wg sync.WaitGroup
 	wrong := auth.NewKey([]byte("wrong"), auth.Transport)
 	cfg := Config{Group: "t", Size: 3}
@@ -120,22 +132,23 @@ func TestAuthGroupConnectsWhileStrangersHammer(t *testing.T) {
 		wg.Add(3)
 		go func() { // wrong secret
 			defer wg.Done()
-			stranger(addr, stop, &tries, func(c net.Conn) { _ = auth.Client(c, wrong, cfg.authContext(r)) })
+			stranger(addr, stop, &tries, &queued, func(c net.Conn) { _ = auth.Client(c, wrong, cfg.authContext(r)) })
 		}()
 		go func() { // no secret: a bare handshake
 			defer wg.Done()
 			hs := (&wire.Handshake{Magic: wire.Magic, Version: wire.Version, Session: 42, Group: "t", FromRank: 2,
 				ToRank: int32(r), WorldSize: 3}).Marshal()
-			stranger(addr, stop, &tries, func(c net.Conn) { _ = writeMsg(c, hs); _, _ = c.Read(make([]byte, 8)) })
+			stranger(addr, stop, &tries, &queued, func(c net.Conn) { _ = writeMsg(c, hs); _, _ = c.Read(make([]byte, 8)) })
 		}()
 		go func() { // silent: holds a connection open
 			defer wg.Done()
-			stranger(addr, stop, &tries, func(c net.Conn) { _, _ = c.Read(make([]byte, 1)) })
+			stranger(addr, stop, &tries, &queued, func(c net.Conn) { _, _ = c.Read(make([]byte, 1)) })
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // strangers queue up before anyone accepts
+	// Every stranger holds a connection before anyone accepts.
+	testutil.Eventually(t, 5*time.Second, func() bool { return queued.Load() == 6 }, "six strangers connected")
 	start := time.Now()
-	trs, errs := connectAll(t, lns, eps, 10*time.Second)
+	trs, errs := connectAll(t, lns, eps, 10*time.Second, nil)
 	took := time.Since(start)
 	close(stop)
 	wg.Wait()
@@ -202,6 +215,7 @@ func TestNoSecretRefusesStrangersAndServes(t *testing.T) {
 		lns[r].SetSession(42)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(eps[0].Port))
+	var sent atomic.Int64
 	for _, h := range []wire.Handshake{
 		{Session: 41, Group: "t", FromRank: 1, ToRank: 0, WorldSize: 3}, // another job's token
 		{Session: 42, Group: "u", FromRank: 1, ToRank: 0, WorldSize: 3}, // another group
@@ -212,22 +226,34 @@ func TestNoSecretRefusesStrangersAndServes(t *testing.T) {
 		go func() {
 			c, err := net.DialTimeout("tcp", addr, time.Second)
 			if err != nil {
+				t.Errorf("stranger: %v", err)
+				sent.Add(1)
 				return
 			}
 			defer c.Close()
 			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 			_ = writeMsg(c, h.Marshal())
+			sent.Add(1)
 			_, _ = c.Read(make([]byte, 1))
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Every stranger's handshake waits in rank 0's queue before it accepts,
+	// and rank 0 has refused all four before the others dial it (once the
+	// group forms, a handshake still in progress is refused for that
+	// reason instead).
+	testutil.Eventually(t, 5*time.Second, func() bool { return sent.Load() == 4 }, "four strangers' handshakes sent")
+	var recs []glog.Record
 	start := time.Now()
-	_, errs := connectAll(t, lns, eps, 10*time.Second)
+	_, errs := connectAll(t, lns, eps, 10*time.Second, func() {
+		testutil.Eventually(t, 5*time.Second, func() bool {
+			recs = append(recs, logs()...)
+			return len(warned(recs, "rank 0 ", "refused a connection")) == 4
+		}, "rank 0 to refuse the four strangers")
+	})
 	t.Logf("connected in %v", time.Since(start))
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 	}
-	recs := logs()
 	require.NotEmpty(t, warned(recs, "refused a connection", "different group or session"))
 	require.NotEmpty(t, warned(recs, "refused a connection", "unexpected source rank"))
 }

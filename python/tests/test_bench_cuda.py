@@ -1,6 +1,6 @@
 """``python -m godist.bench --device cuda``: its options, the busbw factors,
 the environment of ranks that share a GPU, the refusal without a GPU, the
-whole mode on a stand-in GPU (bench_cuda_fake.py), and, on a machine with a
+whole mode on a stand-in GPU (workers/bench_cuda_fake.py), and, on a machine with a
 GPU (``-m gpu``), a tiny run against nccl."""
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from godist.bench.worker import busbw_factor
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
+WORKERS = os.path.join(HERE, "workers")
 
 
 def _env():
-    path = [os.path.join(REPO, "python"), HERE, os.environ.get("PYTHONPATH", "")]
+    path = [os.path.join(REPO, "python"), HERE, WORKERS, os.environ.get("PYTHONPATH", "")]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
 
 

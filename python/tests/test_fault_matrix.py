@@ -10,7 +10,7 @@ than before the group (threads: a small slack), and a new group in the
 same processes must work.
 
 The ranks are forked from a server that imported torch once
-(fault_matrix_worker.py). Every choice comes from a seed, printed in every
+(workers/fault_matrix_worker.py). Every choice comes from a seed, printed in every
 assertion message; ``GODIST_FAULT_SEED=<seed>`` replays one (the SIGKILL
 runs take it as the seed to run, the others as their base seed).
 """
@@ -50,7 +50,7 @@ class Server:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([HERE, PYDIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env.setdefault("OMP_NUM_THREADS", "1")
-        argv = list(wrap) + [sys.executable, os.path.join(HERE, "fault_matrix_worker.py"), "serve"]
+        argv = list(wrap) + [sys.executable, os.path.join(HERE, "workers", "fault_matrix_worker.py"), "serve"]
         self.err = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                      text=True, env=env, start_new_session=True)

@@ -3,7 +3,7 @@ bridge, each with its own hostname and /dev/shm): every collective against
 gloo on the same hosts, the topology the group reports, a cable pulled
 mid-collective, and torchrun's multi-node rendezvous training with DDP.
 
-Ranks are real processes started in the hosts (hosts_worker.py); they meet
+Ranks are real processes started in the hosts (workers/hosts_worker.py); they meet
 through a TCPStore on host 0's address. Needs root; skipped otherwise."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if not ok:
     pytest.skip(why, allow_module_level=True)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKER = os.path.join(HERE, "hosts_worker.py")
+WORKER = os.path.join(HERE, "workers", "hosts_worker.py")
 PORT = 29500  # every Hosts has its own network: nothing else listens there
 
 
@@ -168,7 +168,7 @@ def test_hosts_are_separate_and_cleaned_up():
 
 # The collectives run once per layout; the topology test reads the same runs.
 LAYOUTS = {"2x2": [2, 2], "3x1": [1, 1, 1], "2x3": [3, 3]}
-LITE = {"2x3"}  # six ranks on a small machine: fewer dtypes (HOSTS_LITE in hosts_worker.py)
+LITE = {"2x3"}  # six ranks on a small machine: fewer dtypes (HOSTS_LITE in workers/hosts_worker.py)
 _runs: dict[str, list[dict]] = {}
 
 

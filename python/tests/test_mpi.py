@@ -24,6 +24,7 @@ from harness import run_session
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+WORKERS = HERE / "workers"
 RUN_TIMEOUT = 120  # seconds for one mpirun, all its ranks together
 
 # impl: the launcher and its arguments. Open MPI refuses root without
@@ -82,7 +83,7 @@ def test_mpi_rendezvous_and_collectives(impl, n):
     """Every rank inits with mpi://, gets the launcher's rank, size and
     LOCAL_RANK, and godist's all_reduce/broadcast/all_gather agree with
     gloo's on the same inputs."""
-    r = _mpirun(impl, n, str(HERE / "mpi_worker.py"))
+    r = _mpirun(impl, n, str(WORKERS / "mpi_worker.py"))
     assert r.returncode == 0, _report(r)
     # mpirun interleaves the ranks' output, possibly within a line.
     got = re.findall(r"MPI-OK rank (\d+) size (\d+) impl (\w+) local_rank (\d+)", r.stdout)
@@ -117,7 +118,7 @@ def test_mpi_transport_every_op_and_dtype(impl, n):
     8 ranks on 2 cores oversubscribed (Open MPI only, to bound the time)."""
     if n == 8 and impl != "openmpi":
         pytest.skip("8 oversubscribed ranks run under Open MPI only (time)")
-    r = _mpirun(impl, n, str(HERE / "mpi_transport_worker.py"), "ops")
+    r = _mpirun(impl, n, str(WORKERS / "mpi_transport_worker.py"), "ops")
     assert r.returncode == 0, _report(r)
     assert sorted(re.findall(r"MPI-TRANSPORT-OK rank (\d+)", r.stdout)) == sorted(str(i) for i in range(n)), _report(r)
 
@@ -128,7 +129,7 @@ def test_mpi_transport_timeout(impl):
     """An MPI collective cannot be cancelled: a rank waiting for one that a
     peer never joins fails with a timeout naming the op within its deadline,
     the group is broken, and both processes exit (MPI_Finalize included)."""
-    r = _mpirun(impl, 2, str(HERE / "mpi_transport_worker.py"), "timeout")
+    r = _mpirun(impl, 2, str(WORKERS / "mpi_transport_worker.py"), "timeout")
     assert r.returncode == 0, _report(r)
     assert sorted(re.findall(r"MPI-TRANSPORT-OK rank (\d+)", r.stdout)) == ["0", "1"], _report(r)
 
@@ -143,13 +144,13 @@ def test_ddp_and_fsdp2_under_mpirun_match_torchrun(impl):
     on GODIST_TRANSPORT=mpi and on gloo, end with the same parameters,
     bitwise, as the same script under torchrun (2 ranks: every sum is of
     two values, the same bits in any order)."""
-    r = _mpirun(impl, 2, str(HERE / "mpi_frameworks_worker.py"), "mpi")
+    r = _mpirun(impl, 2, str(WORKERS / "mpi_frameworks_worker.py"), "mpi")
     assert r.returncode == 0, _report(r)
     under_mpi = _DIGEST.findall(r.stdout)
     assert {(fw, g) for _, fw, g, _ in under_mpi} == {(fw, g) for fw in ("ddp", "fsdp2")
                                                        for g in ("godist", "godist-mpi", "gloo")}, _report(r)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                str(HERE / "mpi_frameworks_worker.py"), "env"]
+                str(WORKERS / "mpi_frameworks_worker.py"), "env"]
     t = subprocess.run(torchrun, cwd=str(ROOT), env=_child_env(), capture_output=True, text=True,
                        timeout=RUN_TIMEOUT)
     assert t.returncode == 0, f"torchrun: {t.returncode}\n{t.stdout}\n{t.stderr}"

@@ -29,7 +29,7 @@ import pytest
 from harness import run_world
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKER = os.path.join(HERE, "netif_worker.py")
+WORKER = os.path.join(HERE, "workers", "netif_worker.py")
 A_VETH, B_VETH, A_OTHER = "198.18.7.1", "198.18.7.2", "198.19.7.1"
 
 

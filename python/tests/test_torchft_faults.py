@@ -1,7 +1,7 @@
 """torchft training through a kill and a pause, on godist and on torchft's
 gloo group in the same run.
 
-Four replica groups (one process each, torchft_worker.py) train with
+Four replica groups (one process each, workers/torchft_worker.py) train with
 torchft's Manager and a Lighthouse. At step 10 replica 3 is SIGKILLed and
 restarted; once it trains with the others again, replica 2 is SIGSTOPped
 for longer than the group's timeout and then resumed. The survivors keep
@@ -25,7 +25,7 @@ lighthouse_mod = pytest.importorskip("torchft._torchft", reason="torchft (torchf
 import godist  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKER = os.path.join(HERE, "torchft_worker.py")
+WORKER = os.path.join(HERE, "workers", "torchft_worker.py")
 HEARTBEAT_MS = 500
 PG_TIMEOUT_S = 2.0
 STEPS = 400
