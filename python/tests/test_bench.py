@@ -365,3 +365,23 @@ def test_bench_filters_compose_and_bad_options_are_refused(capsys):
             cli.main(args)
         assert e.value.code == 2, args
         assert words in capsys.readouterr().err, args
+
+
+@pytest.mark.timeout(240)
+def test_bench_layers_table():
+    """python -m godist.bench.layers times one all_reduce through every layer
+    and prints a row per layer, each cell a time and what the layer adds."""
+    from godist.bench import layers
+
+    out = subprocess.run([sys.executable, "-m", "godist.bench.layers", "--sizes", "8,4K", "--rounds", "1",
+                          "--target-ms", "2"], capture_output=True, text=True, timeout=220)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("| ")}
+    assert set(layers.LAYERS) <= set(rows), out.stdout
+    assert "| layer | 8 B | 4 KiB |" in out.stdout
+    for name in layers.LAYERS:
+        cells = [c.strip() for c in rows[name].split("|")[2:-1]]
+        assert len(cells) == 2, rows[name]
+        for c in cells:
+            assert float(c.split()[0]) > 0, rows[name]
+            assert (" (" in c) == (name not in ("ctypes", "gloo")), rows[name]
