@@ -79,7 +79,10 @@ def ratio_text(rows, key: str) -> str:
     if not _num(v):
         return "-"
     by = _by_column(rows)
+    pair = ("godist", "deepspeed") if key == "ds_speedup" else ("godist-op", "deepspeed-op")
     mark = "†" if key == "ds_speedup" and fallback(by.get("deepspeed")) else ""
+    if any((by.get(c) or {}).get("wrong") for c in pair):
+        mark += " (WRONG)"
     return fmt_ratio(v) + mark
 
 
