@@ -70,7 +70,7 @@ def build_parser():
     hosts.add_argument("--rates", type=str,
                        help="comma-separated link rates of the simulated hosts, tbf in both directions: e.g. "
                             "1gbit, 10gbit, 100mbit, or none for unshaped links (default 1gbit,10gbit)")
-    vs = p.add_argument_group("--vs deepspeed (godist beside DeepSpeed's CPU all-reduce kernel; see godist/bench/ds.py)")
+    vs = p.add_argument_group("--vs deepspeed (godist and DeepSpeed's CPU all-reduce kernel; see godist/bench/ds.py)")
     vs.add_argument("--vs", choices=("deepspeed",),
                     help="deepspeed: all_reduce through godist (dist.all_reduce and torch.ops.godist.all_reduce_), "
                          "DeepSpeed (deepspeed.comm.inference_all_reduce and its bare op) and gloo, side by side; "
