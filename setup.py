@@ -269,6 +269,8 @@ setup(
     packages=find_packages(where="python"),  # godist and its subpackages (godist.bench, godist.info)
     package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h", "py.typed", GPUINFO, "mpi/*.so"]},
     install_requires=["torch>=2.11"],
+    # Optional, for the benchmark only (python -m godist.bench --vs deepspeed): never a dependency of godist.
+    extras_require={"bench": ["deepspeed"]},
     entry_points={
         "torch.distributed.backends": ["godist = godist:_register"],
         "console_scripts": ["godist = godist.__main__:main"],

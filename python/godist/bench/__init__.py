@@ -7,7 +7,9 @@ busbw) plus p50/p95 latency, CPU time per op and the godist/gloo speed ratio.
 See docs/PERFORMANCE.md.
 
 ``--device cuda`` compares godist with torch's nccl on CUDA tensors the same
-way (``cuda.py``).
+way (``cuda.py``); ``--vs deepspeed`` puts DeepSpeed's CPU all-reduce kernel
+beside godist and gloo (``ds.py``; deepspeed is an optional extra,
+``pip install 'godist[bench]'``).
 """
 
 from .cli import main  # noqa: F401

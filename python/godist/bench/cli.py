@@ -15,6 +15,10 @@ it and exits 1.
 ``--hosts H`` (godist vs gloo on H simulated hosts, network namespaces with
 shaped links; needs root) is run by ``hosts.main``.
 
+``--vs deepspeed`` (godist beside DeepSpeed's CPU all-reduce kernel and
+gloo) is run by ``ds.main`` with the same spawn and progress machinery;
+without deepspeed installed it says how to install it and exits 2.
+
 ``--device cuda`` (godist vs nccl on CUDA tensors) is run by ``cuda.main``
 with the same spawn, table and progress machinery; without a usable GPU it
 says "no CUDA device: ..." and exits 1.
@@ -66,6 +70,15 @@ def build_parser():
     hosts.add_argument("--rates", type=str,
                        help="comma-separated link rates of the simulated hosts, tbf in both directions: e.g. "
                             "1gbit, 10gbit, 100mbit, or none for unshaped links (default 1gbit,10gbit)")
+    vs = p.add_argument_group("--vs deepspeed (godist and DeepSpeed's CPU all-reduce kernel; see godist/bench/ds.py)")
+    vs.add_argument("--vs", choices=("deepspeed",),
+                    help="deepspeed: all_reduce through godist (dist.all_reduce and torch.ops.godist.all_reduce_), "
+                         "DeepSpeed (deepspeed.comm.inference_all_reduce and its bare op) and gloo, side by side; "
+                         "P=2,4, 4 KiB-16 MiB in x8 steps, float32 and bfloat16; needs deepspeed "
+                         "(pip install 'godist[bench]'); output default docs/perf/deepspeed")
+    vs.add_argument("--dtypes", type=str,
+                    help="with --vs deepspeed: comma-separated dtypes, every size in each (float32, bfloat16, "
+                         "float16; default float32,bfloat16)")
     p.add_argument("--world-sizes", "--ranks", dest="world_sizes", type=str,
                    help="comma-separated world sizes (default 2,4,8; --device cuda: 1,2)")
     p.add_argument("--ops", type=str, help="comma-separated: " + ", ".join(OPS) + " (default all)")
@@ -173,6 +186,15 @@ def main(argv=None) -> int:
         paths = report.render(a.render, want_plot=not a.no_plot)
         print(f"wrote {', '.join(v for k, v in paths.items() if k in ('md', 'png'))}", file=sys.stderr)
         return 0
+    if a.vs == "deepspeed":
+        if a.hosts is not None or a.mpi or a.ranks_per_host is not None or a.rates is not None:
+            parser.error("--vs deepspeed spawns its ranks on this host: leave out --mpi, --hosts, --ranks-per-host "
+                         "and --rates")
+        from . import ds
+
+        return ds.main(a, parser, argv)
+    if a.dtypes is not None:
+        parser.error("--dtypes goes with --vs deepspeed (elsewhere --spot-dtypes)")
     if a.hosts is not None:
         from . import hosts
 

@@ -40,6 +40,13 @@ MPI_OPS = ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_
 MPI_GROUPS = ("godist", "godist-mpi", "gloo")
 # --hosts H (hosts.py): the same collectives as --mpi.
 HOSTS_OPS = MPI_OPS
+# --vs deepspeed (ds.py): the timed columns, in order: godist through
+# dist.all_reduce, godist's custom op torch.ops.godist.all_reduce_, DeepSpeed's
+# deepspeed.comm.inference_all_reduce, its bare op
+# torch.ops.deepspeed.inference_all_reduce_, and gloo.
+DS_COLUMNS = ("godist", "godist-op", "deepspeed", "deepspeed-op", "gloo")
+# The dtypes DeepSpeed's CPU kernel reduces (anything else it leaves alone).
+DS_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -73,6 +80,8 @@ class Config:
     issue_ops: int = 100                    # cuda: ops of a block whose issue time is the CPU time per op
     issue_max_bytes: int = 1 << 20          # cuda: largest size whose CPU time per op is compared
     ddp_lr: float = 0.01                    # cuda: the DDP step's SGD learning rate
+    vs: str = ""                            # "deepspeed": the --vs deepspeed columns (ds.py), else ""
+    dtypes: list = field(default_factory=list)  # every size in each of these dtypes (else float32 + spot cells)
 
     @property
     def ref(self) -> str:
@@ -83,7 +92,10 @@ class Config:
 def cell_list(cfg: Config) -> list[tuple[str, str, int]]:
     """The cells of one world size, in the order they run: (op, dtype,
     nominal bytes). Each operation's float32 sweep is followed by its dtype
-    spot cells, so one operation's cells come one after the other."""
+    spot cells, so one operation's cells come one after the other. With
+    cfg.dtypes (--vs deepspeed), every size in each of those dtypes."""
+    if cfg.dtypes:
+        return [(op, dt, s) for op in cfg.ops for dt in cfg.dtypes for s in cfg.sizes]
     out = []
     for op in cfg.ops:
         if op == "barrier":

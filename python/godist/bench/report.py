@@ -199,6 +199,10 @@ def render(out_dir, want_plot=True):
 
         return hosts_report.render(out_dir, meta, want_plot)
     meta["setup"] = {int(k): v for k, v in meta.get("setup", {}).items()}
+    if meta.get("vs") == "deepspeed":
+        from . import ds_report
+
+        return ds_report.render(out_dir, meta, want_plot)
     if meta.get("device") == "cuda":
         from . import cuda_report
 

@@ -42,6 +42,8 @@ def run_world(P: int, cfg: Config, live: Live, errors: list, setup: dict):
     every rank finished."""
     if cfg.device == "cuda":
         from .cuda_worker import rank_main
+    elif cfg.vs == "deepspeed":
+        from .ds_worker import rank_main
     else:
         from .worker import rank_main
 

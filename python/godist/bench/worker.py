@@ -278,7 +278,7 @@ class RankBench:
                 "count": count, "n_iters": int(a[0, 1]), "repeats": R,
                 "status": v.status if v.status != "ok" else "ok",
                 "wrong": int(wrong_col.clamp(min=0).sum()) if (wrong_col >= 0).all() else -1,
-                "error": v.error, "transport": self.transport if v.backend == "godist" else "tcp",
+                "error": v.error, "transport": self.transport_of(v),
             }
             if v.status == "ok":
                 t = statistics.median(t_mean)
@@ -295,7 +295,16 @@ class RankBench:
             if extra:
                 row.update(extra)
             rows.append(row)
-        # godist speed relative to gloo's native op, else to the fallback.
+        self.add_ratios(rows)
+        self.send("cell", rows)
+
+    def transport_of(self, v: Variant) -> str:
+        """What a variant's row names as its transport."""
+        return self.transport if v.backend == "godist" else "tcp"
+
+    def add_ratios(self, rows):
+        """godist's speed relative to gloo's native op, else to the
+        fallback, in every row of the cell (godist_speedup, speedup_vs)."""
         god = next((r for r in rows if r["backend"] == "godist"), None)
         ref = next((r for r in rows if r["backend"] == "gloo" and r["status"] == "ok"), None)
         if god and ref and god.get("time_us") and ref.get("time_us"):
@@ -303,7 +312,6 @@ class RankBench:
             for r in rows:
                 r["godist_speedup"] = ratio
                 r["speedup_vs"] = ref["variant"]
-        self.send("cell", rows)
 
     # ----- driver -----------------------------------------------------------------
     def warm_start(self):
