@@ -114,12 +114,13 @@ $(COMPAT_STAMP): requirements-dev.txt
 # The package from the source tree (the library that `install` built). The
 # suites that exercise godist's own parts rather than torch's API (its
 # transports over simulated hosts, faults and time, its stores, the wheel,
-# the MPI and NCCL libraries it loads, its reports) use torch only to hold
-# tensors: they run once, under the main torch.
+# the MPI and NCCL libraries it loads, its reports, its benchmark, its logs,
+# the tutorial's programs) use torch only to hold tensors or through the same
+# calls the other suites make: they run once, under the main torch.
 COMPAT_SKIP := test_hosts.py test_bench_hosts.py test_fault_matrix.py test_soak.py test_torchft_faults.py \
 	test_agreement.py test_faults.py test_desync.py test_auth.py test_store.py test_packaging.py test_mpi.py \
 	test_mpi_shim.py test_bench_mpi.py test_nccl.py test_nccl_fake.py test_gpuinfo.py test_info.py test_netif.py \
-	test_facts.py
+	test_facts.py test_bench.py test_bench_cuda.py test_bench_deepspeed.py test_logging.py test_examples.py
 test-compat: install $(COMPAT_STAMP)
 	PYTHONPATH=$(CURDIR)/python $(COMPAT_VENV)/bin/python -m pytest python/tests \
 		$(foreach f,$(COMPAT_SKIP),--ignore=python/tests/$(f))

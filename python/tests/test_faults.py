@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from harness import init, run_world
 
-TIMEOUT_S = 4
+TIMEOUT_S = 3
 
 
 def skip_worker(rank, n, init_file, op, late=0.0):
