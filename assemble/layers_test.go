@@ -7,7 +7,9 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -195,6 +197,79 @@ func TestCAPIHasNoLogic(t *testing.T) {
 			return true
 		})
 	}
+}
+
+// envReaders are the functions that read the process's environment, by
+// package.
+var envReaders = map[string][]string{
+	"os":      {"Getenv", "LookupEnv", "Environ", "ExpandEnv"},
+	"syscall": {"Getenv", "Environ"},
+}
+
+// TestReadNoEnvironment checks what docs/architecture.md says of
+// configuration: it reaches Go through the init call. In the library's
+// layers (the engine, the backends, the stores, the auth handshake and
+// this package) no code but tests reads the environment, in Go or in C
+// (getenv); capi alone hands it over, once, when the library loads
+// (Configure).
+func TestReadNoEnvironment(t *testing.T) {
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	cGetenv := regexp.MustCompile(`\b(secure_)?getenv\s*\(`)
+	fset := token.NewFileSet()
+	checked := 0
+	for _, dir := range []string{"libgodist", "backends", "store", "auth", "assemble"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if n := d.Name(); strings.HasPrefix(n, ".") || n == "testdata" || n == "python" {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			rel, _ := filepath.Rel(root, path)
+			switch {
+			case strings.HasSuffix(path, "_test.go"):
+			case strings.HasSuffix(path, ".go"):
+				f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+				require.NoError(t, err)
+				checked++
+				names := map[string]string{} // local name -> imported package
+				for _, imp := range f.Imports {
+					p, _ := strconv.Unquote(imp.Path.Value)
+					local := p
+					if imp.Name != nil {
+						local = imp.Name.Name
+					}
+					names[local] = p
+				}
+				ast.Inspect(f, func(n ast.Node) bool {
+					sel, ok := n.(*ast.SelectorExpr)
+					if !ok {
+						return true
+					}
+					if x, ok := sel.X.(*ast.Ident); ok && slices.Contains(envReaders[names[x.Name]], sel.Sel.Name) {
+						require.Fail(t, "reads the environment", "%s: %s.%s: take the setting from a Config "+
+							"that assemble.Configure sets", fset.Position(sel.Pos()), names[x.Name], sel.Sel.Name)
+					}
+					return true
+				})
+			case strings.HasSuffix(path, ".c") || strings.HasSuffix(path, ".h"):
+				if strings.Contains(filepath.ToSlash(rel), "/fake") { // test fixtures (backends/nccl/fakenccl)
+					return nil
+				}
+				b, err := os.ReadFile(path)
+				require.NoError(t, err)
+				checked++
+				require.False(t, cGetenv.Match(b), "%s calls getenv: take the setting from Go", rel)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	require.Greater(t, checked, 50)
 }
 
 func TestBackends(t *testing.T) {

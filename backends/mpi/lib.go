@@ -4,11 +4,14 @@
 // linked against no MPI library (no DT_NEEDED entry for it: a wheel can
 // ship the shims and stay manylinux). Open picks the shim matching the
 // launcher, dlopens that implementation's MPI library (MPILibraries, or
-// GODIST_MPI_LIBRARY) and then the shim, both RTLD_GLOBAL (loader.c), so
+// Config.Library) and then the shim, both RTLD_GLOBAL (loader.c), so
 // the shim's MPI symbols resolve against the library when it loads; then
 // it initialises MPI on a goroutine locked to its OS thread for the life
 // of the process. libgodist.so itself never links MPI and loads where none
-// is installed.
+// is installed. The package reads no environment: godist's library hands
+// it GODIST_MPI, GODIST_MPI_SHIM, GODIST_MPI_LIBRARY and the launcher's
+// implementation when it loads (Configure, ConfigFromEnv;
+// assemble.Configure).
 //
 // Threads: Open asks for MPI_THREAD_MULTIPLE. When MPI provides less
 // (Provided < 3, or MPI was initialised by someone else at a lower level),
@@ -77,9 +80,15 @@ var MPILibraries = map[string][]string{
 	"mpich":   {"libmpich.so.12", "libmpi.so.12"},
 }
 
-// EnvLibrary names the MPI library to open instead of MPILibraries' (a
+// The environment variables of Config (ConfigFromEnv reads them):
+// EnvMPI names the implementation whose shim to load, EnvShim a shim's
+// path, EnvLibrary the MPI library to open instead of MPILibraries' (a
 // path, for an install the dynamic loader does not search).
-const EnvLibrary = "GODIST_MPI_LIBRARY"
+const (
+	EnvMPI     = "GODIST_MPI"
+	EnvShim    = "GODIST_MPI_SHIM"
+	EnvLibrary = "GODIST_MPI_LIBRARY"
+)
 
 // Environment variables the launchers set (reference: docs of Open MPI,
 // MPICH Hydra's pmip_cb.c).
@@ -87,6 +96,56 @@ var (
 	openMPIVars = []string{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}
 	mpichVars   = []string{"PMI_RANK", "PMI_SIZE", "PMI_ID", "PMI_FD", "PMI_PORT", "MPI_LOCALNRANKS"}
 )
+
+// Config says where Open finds MPI. godist's library sets it from the
+// environment the process started with when it loads (assemble.Configure,
+// through ConfigFromEnv); the zero Config is no setting and no launcher.
+type Config struct {
+	MPI      string // GODIST_MPI: the implementation whose shim to load (one of Impls); "": the launcher's
+	Shim     string // GODIST_MPI_SHIM: the path of the shim to load instead of dir's
+	Library  string // GODIST_MPI_LIBRARY: the path of the MPI library to load instead of MPILibraries'
+	Launcher string // the implementation whose launcher started the process (LauncherImpl), or ""
+}
+
+var config atomic.Pointer[Config]
+
+// Configure sets the Config Open uses. Open runs once per process, so only
+// a Configure before the first Open counts.
+func Configure(c Config) { config.Store(&c) }
+
+// configured is the Config of the last Configure, or the zero Config.
+func configured() Config {
+	if p := config.Load(); p != nil {
+		return *p
+	}
+	return Config{}
+}
+
+// ConfigFromEnv is the Config of the environment that getenv reads
+// (os.Getenv in godist's library): GODIST_MPI, GODIST_MPI_SHIM,
+// GODIST_MPI_LIBRARY and LauncherImpl's launcher.
+func ConfigFromEnv(getenv func(string) string) Config {
+	return Config{MPI: getenv(EnvMPI), Shim: getenv(EnvShim), Library: getenv(EnvLibrary),
+		Launcher: LauncherImpl(getenv)}
+}
+
+// LauncherImpl is the implementation whose launcher's variables are set
+// (not empty) in the environment that getenv reads: "openmpi" for
+// OMPI_COMM_WORLD_*, "mpich" for PMI_* or MPI_LOCALNRANKS (MPICH's Hydra),
+// else "".
+func LauncherImpl(getenv func(string) string) string {
+	for _, v := range openMPIVars {
+		if getenv(v) != "" {
+			return "openmpi"
+		}
+	}
+	for _, v := range mpichVars {
+		if getenv(v) != "" {
+			return "mpich"
+		}
+	}
+	return ""
+}
 
 // Comm is a communicator of the shim; World is MPI_COMM_WORLD.
 type Comm int32
@@ -111,7 +170,7 @@ func (e *Error) Error() string { return fmt.Sprintf("%s: MPI error %d (%s)", e.C
 type Lib struct {
 	Impl                string // "openmpi" or "mpich": what the shim was built against
 	Shim                string // the shim's path
-	Library             string // the MPI library Open loaded before the shim (a soname or GODIST_MPI_LIBRARY)
+	Library             string // the MPI library Open loaded before the shim (a soname or Config.Library)
 	Version             string // the first line of MPI_Get_library_version
 	Provided            int    // the thread level: 0 SINGLE .. 3 MULTIPLE
 	ProvidedName        string // "MPI_THREAD_MULTIPLE" ...
@@ -145,16 +204,18 @@ var (
 )
 
 // Open loads an MPI shim and initialises MPI, once per process: later
-// calls return the same *Lib or the same error. The shim is, in order:
-// the path in GODIST_MPI_SHIM; dir's shim of GODIST_MPI (openmpi or
-// mpich); dir's shim of the implementation whose launcher started the
-// process (OMPI_COMM_WORLD_* for Open MPI; PMI_* or MPI_LOCALNRANKS for
-// MPICH's Hydra); without a launcher, the first of dir's shims present in
-// the order of Impls. Before the shim, Open loads the MPI library of the
-// shim's implementation: the path in GODIST_MPI_LIBRARY, else the first of
-// MPILibraries[impl] the dynamic loader finds (one already in the process,
-// say mpi4py's, is used as it is). If MPI is already initialised (mpi4py,
-// torch's mpi backend), Open uses it and never finalises it.
+// calls return the same *Lib or the same error. It reads the Config of
+// Configure. The shim is, in order: the path in Config.Shim
+// (GODIST_MPI_SHIM); dir's shim of Config.MPI (GODIST_MPI: openmpi or
+// mpich); dir's shim of Config.Launcher, the implementation whose launcher
+// started the process (OMPI_COMM_WORLD_* for Open MPI; PMI_* or
+// MPI_LOCALNRANKS for MPICH's Hydra); without a launcher, the first of
+// dir's shims present in the order of Impls. Before the shim, Open loads
+// the MPI library of the shim's implementation: the path in Config.Library
+// (GODIST_MPI_LIBRARY), else the first of MPILibraries[impl] the dynamic
+// loader finds (one already in the process, say mpi4py's, is used as it
+// is). If MPI is already initialised (mpi4py, torch's mpi backend), Open
+// uses it and never finalises it.
 func Open(dir string) (*Lib, error) {
 	openOnce.Do(func() {
 		opened, openErr = open(dir)
@@ -172,30 +233,14 @@ var current atomic.Pointer[Lib]
 // in this process.
 func Current() *Lib { return current.Load() }
 
-// launcherImpl is the implementation whose launcher's variables are set,
-// or "".
-func launcherImpl() string {
-	for _, v := range openMPIVars {
-		if _, ok := os.LookupEnv(v); ok {
-			return "openmpi"
-		}
-	}
-	for _, v := range mpichVars {
-		if _, ok := os.LookupEnv(v); ok {
-			return "mpich"
-		}
-	}
-	return ""
-}
-
-// chooseShim returns the shim's path and its implementation. For a
-// GODIST_MPI_SHIM path the implementation is GODIST_MPI's, else the one
-// its file name names (libgodist_mpi_<impl>.so), else the launcher's, else
-// "" (unknown: no MPI library is loaded for it unless GODIST_MPI_LIBRARY
-// names one).
-func chooseShim(dir string) (path, impl string, err error) {
-	env := os.Getenv("GODIST_MPI")
-	if p := os.Getenv("GODIST_MPI_SHIM"); p != "" {
+// chooseShim returns the shim's path and its implementation under c. For
+// a GODIST_MPI_SHIM path (c.Shim) the implementation is GODIST_MPI's
+// (c.MPI), else the one its file name names (libgodist_mpi_<impl>.so),
+// else the launcher's, else "" (unknown: no MPI library is loaded for it
+// unless GODIST_MPI_LIBRARY, c.Library, names one).
+func chooseShim(dir string, c Config) (path, impl string, err error) {
+	env := c.MPI
+	if p := c.Shim; p != "" {
 		if slices.Contains(Impls, env) {
 			impl = env
 		}
@@ -205,7 +250,7 @@ func chooseShim(dir string) (path, impl string, err error) {
 			}
 		}
 		if impl == "" {
-			impl = launcherImpl()
+			impl = c.Launcher
 		}
 		return p, impl, nil
 	}
@@ -215,7 +260,7 @@ func chooseShim(dir string) (path, impl string, err error) {
 		}
 		return filepath.Join(dir, ShimName(env)), env, nil
 	}
-	if i := launcherImpl(); i != "" {
+	if i := c.Launcher; i != "" {
 		return filepath.Join(dir, ShimName(i)), i, nil
 	}
 	var tried []string
@@ -231,21 +276,21 @@ func chooseShim(dir string) (path, impl string, err error) {
 		strings.Join(tried, ", "))
 }
 
-// mpiLibraries are the names openMPILibrary tries for impl, and whether
-// they come from GODIST_MPI_LIBRARY.
-func mpiLibraries(impl string) ([]string, bool) {
-	if p := os.Getenv(EnvLibrary); p != "" {
+// mpiLibraries are the names openMPILibrary tries for impl under c, and
+// whether they come from GODIST_MPI_LIBRARY (c.Library).
+func mpiLibraries(impl string, c Config) ([]string, bool) {
+	if p := c.Library; p != "" {
 		return []string{p}, true
 	}
 	return MPILibraries[impl], false
 }
 
-// openMPILibrary loads impl's MPI library into the global scope (loader.c's
-// gml_open_mpi) and returns the name it loaded: "" when there is none to
-// try (impl unknown and GODIST_MPI_LIBRARY unset: the shim must then find
-// MPI itself).
-func openMPILibrary(impl string) (string, error) {
-	names, override := mpiLibraries(impl)
+// openMPILibrary loads impl's MPI library (mpiLibraries) into the global
+// scope (loader.c's gml_open_mpi) and returns the name it loaded: "" when
+// there is none to try (impl unknown and GODIST_MPI_LIBRARY unset: the
+// shim must then find MPI itself).
+func openMPILibrary(impl string, c Config) (string, error) {
+	names, override := mpiLibraries(impl, c)
 	var errs []string
 	for _, n := range names {
 		cs := C.CString(n)
@@ -269,11 +314,12 @@ func openMPILibrary(impl string) (string, error) {
 }
 
 func open(dir string) (*Lib, error) {
-	path, impl, err := chooseShim(dir)
+	c := configured()
+	path, impl, err := chooseShim(dir, c)
 	if err != nil {
 		return nil, err
 	}
-	library, err := openMPILibrary(impl)
+	library, err := openMPILibrary(impl, c)
 	if err != nil {
 		return nil, err
 	}

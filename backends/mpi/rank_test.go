@@ -60,6 +60,9 @@ func cbuf(b []byte) ([]byte, func()) {
 }
 
 func (r *rankT) run() error {
+	// What godist's library does when it loads (assemble.Configure): the
+	// launcher's variables choose the shim.
+	Configure(ConfigFromEnv(os.Getenv))
 	l, err := Open(os.Getenv(envDir))
 	if err != nil {
 		return err

@@ -48,58 +48,82 @@ func buildShim(t *testing.T, mpicc, out string) {
 	}
 }
 
-func clearMPIEnv(t *testing.T) {
-	for _, v := range append(append([]string{"GODIST_MPI_SHIM", "GODIST_MPI", EnvLibrary}, openMPIVars...), mpichVars...) {
-		t.Setenv(v, "")
-		os.Unsetenv(v)
+// TestConfigFromEnv: the Config godist's library hands Open
+// (assemble.Configure) is the environment's settings and the launcher
+// whose variables are set, not empty.
+func TestConfigFromEnv(t *testing.T) {
+	getenv := func(env map[string]string) func(string) string {
+		return func(k string) string { return env[k] }
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want Config
+	}{
+		{nil, Config{}},
+		{map[string]string{"GODIST_MPI": "mpich", "GODIST_MPI_SHIM": "/x/y.so", "GODIST_MPI_LIBRARY": "/l/libmpi.so",
+			"OMPI_COMM_WORLD_SIZE": "2", "GODIST_NCCL_LIBRARY": "/n.so"},
+			Config{MPI: "mpich", Shim: "/x/y.so", Library: "/l/libmpi.so", Launcher: "openmpi"}},
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "0"}, Config{Launcher: "openmpi"}},
+		{map[string]string{"PMI_ID": "0"}, Config{Launcher: "mpich"}},
+		{map[string]string{"MPI_LOCALNRANKS": "4"}, Config{Launcher: "mpich"}},
+		{map[string]string{"PMI_RANK": "1", "OMPI_COMM_WORLD_RANK": "1"}, Config{Launcher: "openmpi"}},
+		{map[string]string{"OMPI_COMM_WORLD_SIZE": "", "PMI_SIZE": ""}, Config{}}, // empty: not set
+	} {
+		if got := ConfigFromEnv(getenv(tc.env)); got != tc.want {
+			t.Errorf("ConfigFromEnv(%v) = %+v; want %+v", tc.env, got, tc.want)
+		}
 	}
 }
 
 func TestChooseShim(t *testing.T) {
-	check := func(what, dir, wantPath, wantImpl string) {
+	check := func(what, dir string, c Config, wantPath, wantImpl string) {
 		t.Helper()
-		if p, impl, err := chooseShim(dir); err != nil || p != wantPath || impl != wantImpl {
+		if p, impl, err := chooseShim(dir, c); err != nil || p != wantPath || impl != wantImpl {
 			t.Errorf("%s: %q %q %v; want %q %q", what, p, impl, err, wantPath, wantImpl)
 		}
 	}
-	clearMPIEnv(t)
-	t.Setenv("PMI_ID", "0")
-	check("PMI_ID", "/d", "/d/"+ShimName("mpich"), "mpich")
-	t.Setenv("OMPI_COMM_WORLD_RANK", "0")
-	check("OMPI_COMM_WORLD_RANK", "/d", "/d/"+ShimName("openmpi"), "openmpi")
-	t.Setenv("GODIST_MPI", "mpich")
-	check("GODIST_MPI", "/d", "/d/"+ShimName("mpich"), "mpich")
-	t.Setenv("GODIST_MPI", "lam")
-	if _, _, err := chooseShim("/d"); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "lam") {
+	check("MPICH's launcher", "/d", Config{Launcher: "mpich"}, "/d/"+ShimName("mpich"), "mpich")
+	check("Open MPI's launcher", "/d", Config{Launcher: "openmpi"}, "/d/"+ShimName("openmpi"), "openmpi")
+	check("GODIST_MPI", "/d", Config{MPI: "mpich", Launcher: "openmpi"}, "/d/"+ShimName("mpich"), "mpich")
+	if _, _, err := chooseShim("/d", Config{MPI: "lam", Launcher: "openmpi"}); !errors.Is(err, ErrUnavailable) ||
+		!strings.Contains(err.Error(), "GODIST_MPI") || !strings.Contains(err.Error(), "lam") {
 		t.Errorf("GODIST_MPI=lam: %v", err)
 	}
 	// GODIST_MPI_SHIM: the implementation is GODIST_MPI's, else the file
 	// name's, else the launcher's.
-	t.Setenv("GODIST_MPI_SHIM", "/x/y.so")
-	check("GODIST_MPI_SHIM under Open MPI's launcher", "/d", "/x/y.so", "openmpi")
-	t.Setenv("GODIST_MPI", "mpich")
-	check("GODIST_MPI_SHIM and GODIST_MPI", "/d", "/x/y.so", "mpich")
-	clearMPIEnv(t)
-	t.Setenv("GODIST_MPI_SHIM", "/x/y.so")
-	check("GODIST_MPI_SHIM alone", "/d", "/x/y.so", "")
-	t.Setenv("GODIST_MPI_SHIM", "/x/"+ShimName("mpich"))
-	t.Setenv("OMPI_COMM_WORLD_RANK", "0")
-	check("GODIST_MPI_SHIM's name", "/d", "/x/"+ShimName("mpich"), "mpich")
-	clearMPIEnv(t)
+	check("GODIST_MPI_SHIM under Open MPI's launcher", "/d", Config{Shim: "/x/y.so", Launcher: "openmpi"},
+		"/x/y.so", "openmpi")
+	check("GODIST_MPI_SHIM and GODIST_MPI", "/d", Config{Shim: "/x/y.so", MPI: "mpich", Launcher: "openmpi"},
+		"/x/y.so", "mpich")
+	check("GODIST_MPI_SHIM alone", "/d", Config{Shim: "/x/y.so"}, "/x/y.so", "")
+	check("GODIST_MPI_SHIM's name", "/d", Config{Shim: "/x/" + ShimName("mpich"), Launcher: "openmpi"},
+		"/x/"+ShimName("mpich"), "mpich")
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, ShimName("mpich")), nil, 0o644)
-	check("singleton", dir, filepath.Join(dir, ShimName("mpich")), "mpich")
+	check("singleton", dir, Config{}, filepath.Join(dir, ShimName("mpich")), "mpich")
+	// Nothing to go by: the error names the settings, the launchers'
+	// variables and the paths tried.
+	empty := t.TempDir()
+	_, _, err := chooseShim(empty, Config{})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("no shim: %v", err)
+	}
+	for _, want := range append(append([]string{"GODIST_MPI_SHIM", "GODIST_MPI", filepath.Join(empty, ShimName("openmpi")),
+		filepath.Join(empty, ShimName("mpich"))}, openMPIVars...), mpichVars...) {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
 }
 
 func TestOpenMPILibrary(t *testing.T) {
-	clearMPIEnv(t)
-	if name, err := openMPILibrary(""); name != "" || err != nil {
+	if name, err := openMPILibrary("", Config{}); name != "" || err != nil {
 		t.Errorf("unknown implementation: %q %v; want nothing tried", name, err)
 	}
 	// Not found: the error names every soname tried and the override.
 	MPILibraries["nompi"] = []string{"libgodist-no-such-mpi.so.1", "libgodist-no-such-mpi.so.2"}
 	defer delete(MPILibraries, "nompi")
-	_, err := openMPILibrary("nompi")
+	_, err := openMPILibrary("nompi", Config{})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("missing library: %v", err)
 	}
@@ -109,15 +133,13 @@ func TestOpenMPILibrary(t *testing.T) {
 		}
 	}
 	missing := filepath.Join(t.TempDir(), "libmpi.so.40")
-	t.Setenv(EnvLibrary, missing)
-	if _, err := openMPILibrary("openmpi"); !errors.Is(err, ErrUnavailable) ||
+	if _, err := openMPILibrary("openmpi", Config{Library: missing}); !errors.Is(err, ErrUnavailable) ||
 		!strings.Contains(err.Error(), EnvLibrary+"="+missing) {
 		t.Errorf("GODIST_MPI_LIBRARY=%s: %v", missing, err)
 	}
 	// Found by soname (skipped where neither MPI is installed).
-	clearMPIEnv(t)
 	for _, impl := range Impls {
-		name, err := openMPILibrary(impl)
+		name, err := openMPILibrary(impl, Config{})
 		if err != nil {
 			t.Logf("%s: %v", impl, err)
 			continue
