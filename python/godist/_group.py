@@ -19,7 +19,7 @@ import weakref
 
 import torch
 
-from . import _desync, _dump, _errors, _flight, _lib, _log, _rendezvous, _types
+from . import _desync, _dump, _errors, _flight, _lib, _log, _native, _rendezvous, _types
 from ._group_ops import GroupOps
 from .work import combine
 
@@ -176,6 +176,7 @@ class Group(GroupOps):
             raise ValueError(f"godist: set_timeout: the timeout must be positive, got {timeout}")
         _lib.load().pg_set_timeout(self._h, ms)
         self._timeout = datetime.timedelta(milliseconds=ms)
+        _native.unbind(self._h)  # bound with the timeout it had: rebound on the next call
 
     def error(self) -> int:
         """The status code of the error that broke the group (godist._errors;
@@ -216,6 +217,7 @@ class Group(GroupOps):
             if self._coalescing_cuda and self._dev is not None and hasattr(self._dev, "end_batch"):
                 self._dev._batch = None
         self._coalesced = []
+        _native.unbind(self._h)  # its ops go to the block: through Python until it ends
         dev = torch.device(device) if device is not None else None
         self._coalescing_cuda = dev is not None and dev.type == "cuda"
         if self._coalescing_cuda:
@@ -250,6 +252,7 @@ class Group(GroupOps):
             if self._closed:
                 return
             self._closed = True
+        _native.unbind(self._h)
         try:
             _lib.load().pg_close(self._h)
         except Exception:
@@ -281,6 +284,7 @@ class Group(GroupOps):
 
     def abort(self, *args, **kwargs):
         """Fail every pending op of this group at once and drop its connections."""
+        _native.unbind(self._h)
         if not self._hooks_ran:
             self._hooks_ran = True
             self._run_abort_hooks()
