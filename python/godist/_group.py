@@ -79,6 +79,10 @@ class OnGroup:
 class Group(GroupOps):
     """A godist process group: its Go handle and its ops."""
 
+    # The names this group is bound under in the native kernel of
+    # torch.ops.godist.all_reduce_ (godist._native).
+    _native_keys = frozenset()
+
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta | None = None, group_name: str = ""):
         self._rank, self._size = rank, size
         self._store = store
@@ -176,7 +180,7 @@ class Group(GroupOps):
             raise ValueError(f"godist: set_timeout: the timeout must be positive, got {timeout}")
         _lib.load().pg_set_timeout(self._h, ms)
         self._timeout = datetime.timedelta(milliseconds=ms)
-        _native.unbind(self._h)  # bound with the timeout it had: rebound on the next call
+        _native.unbind(self)  # bound with the timeout it had: rebound on the next call
 
     def error(self) -> int:
         """The status code of the error that broke the group (godist._errors;
@@ -217,7 +221,7 @@ class Group(GroupOps):
             if self._coalescing_cuda and self._dev is not None and hasattr(self._dev, "end_batch"):
                 self._dev._batch = None
         self._coalesced = []
-        _native.unbind(self._h)  # its ops go to the block: through Python until it ends
+        _native.unbind(self)  # its ops go to the block: through Python until it ends
         dev = torch.device(device) if device is not None else None
         self._coalescing_cuda = dev is not None and dev.type == "cuda"
         if self._coalescing_cuda:
@@ -252,7 +256,7 @@ class Group(GroupOps):
             if self._closed:
                 return
             self._closed = True
-        _native.unbind(self._h)
+        _native.unbind(self)
         try:
             _lib.load().pg_close(self._h)
         except Exception:
@@ -284,7 +288,7 @@ class Group(GroupOps):
 
     def abort(self, *args, **kwargs):
         """Fail every pending op of this group at once and drop its connections."""
-        _native.unbind(self._h)
+        _native.unbind(self)
         if not self._hooks_ran:
             self._hooks_ran = True
             self._run_abort_hooks()

@@ -242,7 +242,7 @@ def bind(key: str, pg, tensor) -> None:
     if not isinstance(pg, GodistProcessGroup) or _lib._forked:
         return
     g = pg._fast_g
-    if g is None or g._detail or g._coalesced is not None or g._closed:
+    if g is None or key in g._native_keys or g._detail or g._coalesced is not None or g._closed:
         return
     name = key
     if not key:
@@ -257,18 +257,20 @@ def bind(key: str, pg, tensor) -> None:
     if _timeout_ms is None:
         _timeout_ms = _fast._timeout(torch.distributed.AllreduceOptions())
     if torch.ops.godist._native_bind(key, name, _signed(g._h), _timeout_ms):
-        pg._native_h = g._h
+        g._native_keys = g._native_keys | {key}
+        pg._native_g = g
 
 
-def unbind(handle) -> None:
-    """Drop every binding to the group handle: its fast path's conditions
-    changed (hooks, flight recorder, reconfigure, coalescing, set_timeout,
-    close, abort); the next call goes through the Python kernel, which binds
-    it again if they allow."""
-    if _state is not True or not handle:
+def unbind(g) -> None:
+    """Drop every binding to the godist Group g (godist._group.Group): its
+    fast path's conditions changed (hooks, flight recorder, reconfigure,
+    coalescing, set_timeout, close, abort); the next call goes through the
+    Python kernel, which binds it again if they allow."""
+    if _state is not True:
         return
+    g._native_keys = frozenset()
     try:
-        torch.ops.godist._native_unbind_handle(_signed(handle))
+        torch.ops.godist._native_unbind_handle(_signed(g._h))
     except Exception:  # noqa: BLE001 - at interpreter exit
         pass
 

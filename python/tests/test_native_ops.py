@@ -264,6 +264,50 @@ def test_hooks_registered_after_binding_fire():
         assert out["native_while_hooked"] == 0 and out["native_after"] == 1 and out["values"], out
 
 
+def _reconfigure_worker(rank, n, init_file):
+    """torch 2.15's reconfigure: the group's fast path moves to a new godist
+    group, so the native kernel must forget the old one's handle."""
+    import datetime
+
+    store = dist.FileStore(init_file + ".rc", n)
+    dist.init_process_group("godist", rank=rank, world_size=n, store=store, timeout=datetime.timedelta(seconds=30),
+                            enable_reconfigure=True)
+    store.set(f"h_{rank}", dist._get_reconfigure_handle())
+    everyone = [store.get(f"h_{r}").decode() for r in range(n)]
+
+    def reconf(uuid, hs):
+        dist._reconfigure(uuid, hs, timeout=datetime.timedelta(seconds=30)).wait()
+
+    def calls():
+        res = []
+        for _ in range(3):
+            t = torch.full((4,), rank + 1.0)
+            before = _counts()
+            torch.ops.godist.all_reduce_(t, "sum", "")
+            res.append((t[0].item(), _counts()["done"] - before["done"]))
+        return res
+
+    out = {}
+    reconf(100, everyone)
+    out["all"] = calls()
+    reconf(200 + rank, [dist._get_reconfigure_handle()])  # every rank alone
+    out["alone"] = calls()
+    reconf(300, everyone)
+    out["again"] = calls()
+    return out
+
+
+@pytest.mark.skipif(not _has_backend() or not hasattr(dist, "_reconfigure"), reason="needs torch 2.15's reconfigure")
+@pytest.mark.timeout(120)
+def test_reconfigure_rebinds():
+    n = 2
+    total = float(sum(range(1, n + 1)))
+    for r, out in enumerate(run_world(_reconfigure_worker, n, timeout=100)):
+        assert out["all"] == [(total, 0), (total, 1), (total, 1)], out
+        assert out["alone"] == [(r + 1.0, 0), (r + 1.0, 1), (r + 1.0, 1)], out
+        assert out["again"] == [(total, 0), (total, 1), (total, 1)], out
+
+
 def _kill_worker(rank, n, init_file):
     import godist
     from godist import _native
