@@ -14,7 +14,7 @@ at import:
   named by torch's version and a hash of what went into it (the source,
   ``godist.h``, the compiler command, torch's C++ ABI): a new torch or a
   new godist builds its own.
-* A build runs ``$CXX`` (default ``g++``) once, about 15 s, with the
+* A build runs ``$CXX`` (default ``g++``) once (about 15-20 s), with the
   header paths of ``torch.utils.cpp_extension.include_paths()`` and links
   ``libtorch_cpu`` and ``libc10``. Ranks starting together build it once:
   the build holds a lock file (fcntl) and writes a temporary name that it
@@ -187,7 +187,7 @@ def _compile(cxx: list[str], abi: int, d: str, out: str, failed: str) -> None:
             *[f"-I{p}" for p in include_paths()], f"-I{_DIR}", SOURCE, "-o", tmp,
             f"-L{torch_lib}", f"-Wl,-rpath,{torch_lib}", "-ltorch_cpu", "-lc10"]
     _log.log(logging.INFO, "godist: compiling the native kernel of torch.ops.godist.all_reduce_ into %s "
-             "(once per torch version; about 15 s)", d)
+             "(once per torch version; about 15-20 s)", d)
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S)
         if p.returncode != 0:
