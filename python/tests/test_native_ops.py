@@ -103,6 +103,16 @@ def _match_worker(rank, n, init_file):
                 res.append((u.tolist() == [float(n + 1)] * 3, _counts()["done"] - before["done"]))
             out["subgroup"] = (res, sub.group_name in _native.bound())
 
+    # under torch's profiler: the Python kernel, whose op shows in the profile as godist:allreduce
+    p = torch.ones(2)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        before = _counts()
+        torch.ops.godist.all_reduce_(p, "sum", "")
+        after = _counts()
+    names = {e.name for e in prof.events()}
+    out["profiler"] = (p.tolist() == [float(n)] * 2, after["done"] - before["done"], after["python"] - before["python"],
+                       "godist:allreduce" in names)
+
     # unbinding: set_timeout and coalescing drop the binding; the next call binds again
     import datetime
 
@@ -147,9 +157,59 @@ def test_native_kernel_runs_and_matches_gloo(n):
             calls, bound = out["subgroup"]
             assert all(ok for ok, _ in calls) and bound, out["subgroup"]
             assert [d for _, d in calls] == [0, 1, 1], out["subgroup"]  # bound after its first call
+        assert out["profiler"] == (True, 0, 1, True), out["profiler"]
         unbound_timeout, rebound, unbound_coalescing, in_block, c_ok, t_ok, bound = out["unbind"]
         assert unbound_timeout and rebound and unbound_coalescing and in_block == 0, out["unbind"]
         assert c_ok and t_ok and bound, out["unbind"]
+
+
+def _detail_worker(rank, n, init_file):
+    from godist import _native
+
+    init(rank, n, init_file, gloo_group=False)
+    res = []
+    for _ in range(3):
+        t = torch.full((3,), rank + 1.0)
+        torch.ops.godist.all_reduce_(t, "sum", "")
+        res.append(t.tolist() == [float(sum(range(1, n + 1)))] * 3)
+    return {"ok": res, "loaded": _native.loaded(), "bound": _native.bound(), "counts": _counts()}
+
+
+@pytest.mark.timeout(120)
+def test_detail_debug_binds_nothing():
+    """Under TORCH_DISTRIBUTED_DEBUG=DETAIL ops describe their tensors (the
+    Python side's job): the native kernel takes none of them."""
+    for out in run_world(_detail_worker, 2, timeout=100, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}):
+        assert out["ok"] == [True] * 3 and out["loaded"] and out["bound"] == [], out
+        assert out["counts"]["done"] == 0 and out["counts"]["python"] == 2, out
+
+
+def _queued_worker(rank, n, init_file):
+    init(rank, n, init_file, gloo_group=False)
+    t = torch.ones(4)
+    for _ in range(2):
+        torch.ops.godist.all_reduce_(t, "sum", "")
+    res = []
+    for _ in range(3):
+        big = torch.ones(1 << 20)
+        work = dist.all_reduce(big, async_op=True)
+        before = _counts()
+        t = torch.full((4,), rank + 1.0)
+        torch.ops.godist.all_reduce_(t, "sum", "")
+        after = _counts()
+        work.wait()
+        res.append((t.tolist() == [3.0] * 4, big[0].item() == 2.0, after["finished"] - before["finished"]))
+    return res
+
+
+@pytest.mark.timeout(120)
+def test_op_queued_behind_async_ops():
+    """An all_reduce_ issued while an asynchronous all_reduce is in flight:
+    Go queues it and hands back a work handle, which the kernel gives to
+    Python to wait for."""
+    for res in run_world(_queued_worker, 2, timeout=100):
+        assert all(a and b for a, b, _ in res), res
+        assert any(f for _, _, f in res), res  # at least one went through _native_finish
 
 
 def _parity_worker(rank, n, init_file, native):
