@@ -242,7 +242,7 @@ def bind(key: str, pg, tensor) -> None:
     if not isinstance(pg, GodistProcessGroup) or _lib._forked:
         return
     g = pg._fast_g
-    if g is None or key in g._native_keys or g._detail or g._coalesced is not None or g._closed:
+    if g is None or g._detail or g._coalesced is not None or g._closed or key in g._native_keys:
         return
     name = key
     if not key:
@@ -266,11 +266,12 @@ def unbind(g) -> None:
     fast path's conditions changed (hooks, flight recorder, reconfigure,
     coalescing, set_timeout, close, abort); the next call goes through the
     Python kernel, which binds it again if they allow."""
-    if _state is not True:
+    h = getattr(g, "_h", 0)
+    if _state is not True or not h:  # not loaded; a group not formed yet (enable_reconfigure=True)
         return
     g._native_keys = frozenset()
     try:
-        torch.ops.godist._native_unbind_handle(_signed(g._h))
+        torch.ops.godist._native_unbind_handle(_signed(h))
     except Exception:  # noqa: BLE001 - at interpreter exit
         pass
 

@@ -348,6 +348,14 @@ def _reconfigure_worker(rank, n, init_file):
         return res
 
     out = {}
+    try:  # no members yet: the op refuses (and loads the kernel)
+        torch.ops.godist.all_reduce_(torch.ones(1), "sum", "")
+        out["before"] = "no error"
+    except RuntimeError as e:
+        out["before"] = str(e)
+    world = dist.group.WORLD
+    world.register_pre_hook(5, lambda a: None)  # unbinds the unformed group: nothing to unbind
+    world.unregister_pre_hook(5)
     reconf(100, everyone)
     out["all"] = calls()
     reconf(200 + rank, [dist._get_reconfigure_handle()])  # every rank alone
@@ -363,6 +371,7 @@ def test_reconfigure_rebinds():
     n = 2
     total = float(sum(range(1, n + 1)))
     for r, out in enumerate(run_world(_reconfigure_worker, n, timeout=100)):
+        assert "enable_reconfigure=True" in out["before"], out
         assert out["all"] == [(total, 0), (total, 1), (total, 1)], out
         assert out["alone"] == [(r + 1.0, 0), (r + 1.0, 1), (r + 1.0, 1)], out
         assert out["again"] == [(total, 0), (total, 1), (total, 1)], out

@@ -113,7 +113,9 @@ godist_op* block(int64_t errlen) {
 int32_t op_code(c10::string_view name) {
   char low[16];
   if (name.size() >= sizeof(low)) return -1;
-  for (size_t i = 0; i < name.size(); i++) low[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
+  for (size_t i = 0; i < name.size(); i++) {
+    low[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
+  }
   c10::string_view l(low, name.size());
   for (const auto& o : g_ops) {
     if (o.name.size() == l.size() && std::memcmp(o.name.data(), l.data(), l.size()) == 0) return o.code;
@@ -249,10 +251,10 @@ bool native_bind(c10::string_view key, c10::string_view name, int64_t handle, in
   return true;
 }
 
-// Drops every binding to the group handle (0: every binding).
+// Drops every binding to the group handle.
 void native_unbind_handle(int64_t handle) {
   std::lock_guard<std::mutex> lk(g_mu);
-  std::erase_if(g_groups, [&](const Bound& b) { return handle == 0 || b.handle == static_cast<uint64_t>(handle); });
+  std::erase_if(g_groups, [&](const Bound& b) { return b.handle == static_cast<uint64_t>(handle); });
 }
 
 // The bound keys (tests).
