@@ -14,6 +14,11 @@ A group is named as torch names it (``group.group_name``; ``""`` is the
 default group). The reduce op is a name: sum, avg, product, min, max, band,
 bor, bxor. Each op runs on the group's own ProcessGroup method, so a godist
 group takes its small-op fast path.
+
+``all_reduce_`` also has a native kernel for CPU tensors (csrc/ops.cpp,
+compiled and loaded on the op's first call by :mod:`godist._native`): on a
+godist group it calls the library without Python, and hands every case it
+does not take to the Python kernel below (op ``godist::_all_reduce_py_``).
 """
 
 from __future__ import annotations
