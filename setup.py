@@ -267,7 +267,9 @@ setup(
     python_requires=">=3.10",
     package_dir={"": "python"},
     packages=find_packages(where="python"),  # godist and its subpackages (godist.bench, godist.info)
-    package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h", "py.typed", GPUINFO, "mpi/*.so"]},
+    # csrc/ops.cpp: the native kernel of torch.ops.godist.all_reduce_, compiled on first use (godist/_native.py)
+    package_data={"godist": ["libgodist.so", "libgodist.h", "godist.h", "py.typed", GPUINFO, "mpi/*.so",
+                             "csrc/*.cpp"]},
     install_requires=["torch>=2.11"],
     # Optional, for the benchmark only (python -m godist.bench --vs deepspeed): never a dependency of godist.
     extras_require={"bench": ["deepspeed"]},

@@ -14,6 +14,11 @@ A group is named as torch names it (``group.group_name``; ``""`` is the
 default group). The reduce op is a name: sum, avg, product, min, max, band,
 bor, bxor. Each op runs on the group's own ProcessGroup method, so a godist
 group takes its small-op fast path.
+
+``all_reduce_`` also has a native kernel for CPU tensors (csrc/ops.cpp,
+compiled and loaded on the op's first call by :mod:`godist._native`): on a
+godist group it calls the library without Python, and hands every case it
+does not take to the Python kernel below (op ``godist::_all_reduce_py_``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+from . import _native
+from ._native import ensure as _native_ensure
 
 __all__ = ["all_reduce_", "all_gather", "reduce_scatter", "resolve_group", "reduce_op"]
 
@@ -80,15 +88,37 @@ def _allreduce_opts(op: str):
 
 def all_reduce_(tensor: Tensor, op: str, group_name: str) -> None:
     """Reduces tensor in place across the ranks of the group."""
+    _native_ensure()  # the native kernel (godist._native), loaded on the first call, takes CPU tensors from then on
+    _all_reduce_py(tensor, op, group_name)
+
+
+def _all_reduce_py(tensor: Tensor, op: str, group_name: str) -> None:
+    """all_reduce_'s Python kernel: every case the native kernel does not
+    take itself reaches it (op godist::_all_reduce_py_), and all of them
+    when the native kernel is not loaded. A group whose fast path applies is
+    bound in the native kernel after the op, so its next calls skip Python."""
     _check("all_reduce_", tensor)
     opts = _allreduce_opts(op)
     pg = resolve_group(group_name)
     if tensor.is_contiguous():
         pg.allreduce([tensor], opts).wait()
+        if _native.loaded():
+            _native.bind(group_name, pg, tensor)
         return
     flat = tensor.contiguous()
     pg.allreduce([flat], opts).wait()
     tensor.copy_(flat)
+
+
+def _native_finish(tensor: Tensor, rc: int, work: int, errbuf: int) -> None:
+    """The native kernel's op that did not complete during its call: raise
+    its error (status rc, the error buffer at address errbuf), or wait for
+    it (work: its handle, Go having queued it behind asynchronous ops), as
+    the Python fast path does."""
+    from . import _lib
+    from .work import finish_sync
+
+    finish_sync("allreduce", [tensor], rc, work & 0xFFFFFFFFFFFFFFFF, _lib.ErrorBuf.from_address(errbuf))
 
 
 def all_gather(tensor: Tensor, group_name: str) -> Tensor:
@@ -135,7 +165,12 @@ _lib = torch.library.Library("godist", "DEF")
 _lib.define("all_reduce_(Tensor(a!) tensor, str op, str group_name) -> ()")
 _lib.define("all_gather(Tensor tensor, str group_name) -> Tensor")
 _lib.define("reduce_scatter(Tensor tensor, str op, str group_name) -> Tensor")
-for _name, _fn in (("all_reduce_", all_reduce_), ("all_gather", all_gather), ("reduce_scatter", reduce_scatter)):
+# The native kernel's fallbacks (godist._native, csrc/ops.cpp), called
+# from C++.
+_lib.define("_all_reduce_py_(Tensor(a!) tensor, str op, str group_name) -> ()")
+_lib.define("_native_finish(Tensor tensor, int rc, int work, int errbuf) -> ()")
+for _name, _fn in (("all_reduce_", all_reduce_), ("all_gather", all_gather), ("reduce_scatter", reduce_scatter),
+                   ("_all_reduce_py_", _all_reduce_py), ("_native_finish", _native_finish)):
     _lib.impl(_name, _fn, "CompositeExplicitAutograd")
 torch.library.register_fake("godist::all_reduce_", lambda tensor, op, group_name: None, lib=_lib)
 torch.library.register_fake("godist::all_gather", _all_gather_fake, lib=_lib)

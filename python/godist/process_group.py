@@ -28,7 +28,7 @@ import logging
 import torch
 import torch.distributed as dist
 
-from . import _fast, _forms, _group, _lib, _log
+from . import _fast, _forms, _group, _lib, _log, _native
 from ._flight import requested as flight_recorder_requested
 from ._group import Group, OnGroup, _live, _live_lock
 from ._reconfigure import Unconfigured
@@ -92,9 +92,19 @@ class GodistProcessGroup(OnGroup, _PG):
         return True
 
     # ----- hooks --------------------------------------------------------
+    # The Group bound in the native kernel of torch.ops.godist.all_reduce_
+    # (godist._native), if any.
+    _native_g = None
+
     def _rehook(self) -> None:
         self._hooked = self._fr or (_HAS_BACKEND and bool(self._hook_ids))
         self._fast_g = None if self._hooked else self._g
+        # The fast path's conditions changed (hooks, reconfigure): the native
+        # kernel forgets the group until the Python kernel binds it again.
+        old, self._native_g = self._native_g, None
+        if old is not None:
+            _native.unbind(old)
+        _native.unbind(self._g)
 
     def register_pre_hook(self, hook_id, hook) -> None:
         _PG.register_pre_hook(self, hook_id, hook)

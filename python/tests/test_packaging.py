@@ -82,7 +82,7 @@ def test_wheel_holds_the_whole_package(wheel, tmp_path):
     missing = _package_modules() - names
     assert not missing, f"modules left out of the wheel: {sorted(missing)}"
     assert {"godist/libgodist.so", "godist/py.typed", "godist/_version.py", "godist/bench/__main__.py",
-            "godist/bin/godist-gpuinfo"} <= names
+            "godist/bin/godist-gpuinfo", "godist/godist.h", "godist/csrc/ops.cpp"} <= names
     assert "[torch.distributed.backends]" in entry_points and "godist = godist:_register" in entry_points
     assert "[console_scripts]" in entry_points and "godist = godist.__main__:main" in entry_points
 

@@ -49,6 +49,11 @@ SETTINGS = {
     "GODIST_MPI_STORE_ADDR": ("", "init_method=\"mpi://\": the address the other ranks reach rank 0's store at; "
                                   "empty: MASTER_ADDR, else 127.0.0.1 when every rank is on this host, else this "
                                   "host's name resolved"),
+    "GODIST_NATIVE_OPS": ("1", "0: torch.ops.godist.all_reduce_ stays on its Python kernel; otherwise its native "
+                               "kernel (compiled with a C++ compiler on the op's first call, then cached) takes "
+                               "contiguous CPU tensors on godist groups"),
+    "GODIST_CACHE": ("", "where compiled kernels are cached (in native/ under it); empty: $XDG_CACHE_HOME/godist, "
+                         "else ~/.cache/godist"),
 }
 # Read only by godist's own tests and benchmarks: recognized, never warned about.
 TEST_SETTINGS = {
@@ -152,6 +157,14 @@ def _effect(name: str, v: str) -> tuple[str, str | None]:
                 "NCCL": ("CUDA tensors go through NCCL", None),
                 "STAGED": ("CUDA tensors are staged through pinned host memory over the CPU transports", None)}.get(
             u, ("invalid: a collective on CUDA tensors raises ValueError", "use auto, nccl or staged"))
+    if name == "GODIST_NATIVE_OPS":
+        if u in ("0", "FALSE", "OFF", "NO"):
+            return "torch.ops.godist.all_reduce_ runs its Python kernel", None
+        return "torch.ops.godist.all_reduce_ compiles and loads its native kernel on its first call", None
+    if name == "GODIST_CACHE":
+        from .. import _native
+
+        return f"compiled kernels are cached in {_native.cache_root()}", None
     if name == "GODIST_LIBRARY":
         return (f"loads {v}" if v else "loads the package's libgodist.so"), (
             None if not v or os.path.exists(v) else f"{v} does not exist")
