@@ -82,6 +82,8 @@ def _allreduce_opts(op: str):
     if o is None:
         o = dist.AllreduceOptions()
         o.reduceOp = reduce_op(op)
+        if hasattr(o, "asyncOp"):
+            o.asyncOp = False  # the op waits at once: a godist group's synchronous fast path
         _ALLREDUCE_OPTS[op] = o
     return o
 
