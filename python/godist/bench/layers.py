@@ -9,8 +9,8 @@ Each rank times, back to back, one layer after another (interleaved over
 call, averaged over ranks):
 
 ==================  ==========================================================
-``ctypes``          one ctypes call of a C function that does nothing (libc's
-                    ``labs``): what Python pays for any foreign call
+``ctypes``          one ctypes call of a C function that does next to nothing
+                    (libc's ``getpagesize``): what Python pays for any foreign call
 ``crossing``        one ctypes call into the library that does nothing
                     (``godist_abi_version``): the fixed cost of entering Go
 ``entry point``     ``godist_allreduce`` on an op block written once: the Go
@@ -58,8 +58,8 @@ def _layers(torch, dist, pg, gloo, t):
     g = pg._g
     lib = _lib.load()
     crossing = lib.raw.abi_version
-    labs = ctypes.CDLL(None).labs
-    labs.restype, labs.argtypes = ctypes.c_long, [ctypes.c_long]
+    pagesize = ctypes.CDLL(None).getpagesize
+    pagesize.restype, pagesize.argtypes = ctypes.c_int, []
     opts = dist.AllreduceOptions()
     opts.reduceOp = dist.ReduceOp.SUM
     opts.asyncOp = False
@@ -76,7 +76,7 @@ def _layers(torch, dist, pg, gloo, t):
     name = pg.group_name
     direct = torch.ops.godist.all_reduce_
     return [
-        ("ctypes", lambda: labs(0)),
+        ("ctypes", pagesize),
         ("crossing", crossing),
         ("entry point", entry),
         ("group", lambda: _fast.allreduce(g, [t], opts)),
@@ -103,22 +103,22 @@ def _rank(rank: int, world: int, port: int, sizes, dtype_name: str, rounds: int,
     for n in sizes:
         t = torch.ones(max(1, n // torch.tensor([], dtype=dtype).element_size()), dtype=dtype)
         layers = _layers(torch, dist, pg, gloo, t)
-        # Iterations per block: about target_s for the slowest collective layer, agreed (MAX) over ranks.
+        # Iterations per block and layer: about target_s each, agreed (MAX) over ranks, so that the barrier
+        # before a block (and the ranks' skew leaving it) stays a small part of the block.
         for _, fn in layers:
             for _ in range(20):
                 fn()
-        one = max(_time(fn, 50) for name, fn in layers if name != "crossing")
-        iters = torch.tensor([max(20, min(100_000, int(target_s / max(one, 1e-7))))])
+        iters = torch.tensor([max(20, min(200_000, int(target_s / max(_time(fn, 50), 1e-7)))) for _, fn in layers])
         dist.all_reduce(iters, op=dist.ReduceOp.MAX, group=gloo)
-        it = int(iters.item())
+        its = iters.tolist()
         per = {name: [] for name, _ in layers}
         for _ in range(rounds):
-            for name, fn in layers:
+            for (name, fn), it in zip(layers, its):
                 dist.barrier(group=gloo)
                 per[name].append(_time(fn, it))
         got = torch.tensor([statistics.median(per[name]) for name, _ in layers], dtype=torch.float64)
         dist.all_reduce(got, group=gloo)
-        rows.append((n, (got / world * 1e6).tolist(), it))
+        rows.append((n, (got / world * 1e6).tolist(), its))
     if rank == 0:
         queue.put(rows)
     dist.barrier(group=gloo)
@@ -134,7 +134,7 @@ def _free_port() -> int:
 
 
 def measure(world: int, sizes, dtype: str = "float32", rounds: int = 7, target_s: float = 0.05):
-    """[(bytes, [µs per call for each of LAYERS], iterations per block)] at world size world."""
+    """[(bytes, [µs per call for each of LAYERS], [iterations per block for each])] at world size world."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
