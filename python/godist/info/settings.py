@@ -60,6 +60,9 @@ TEST_SETTINGS = {
     "GODIST_TEST_VENV": "go test ./backends/nccl/: the virtual environment whose nvidia wheels the tests load",
     "GODIST_FAULT_SEED": "python/tests/test_fault_matrix.py: replay the SIGKILL case of this seed only",
     "GODIST_BENCH_GLOO_NO_RS": "python -m godist.bench: behave as if gloo lacked reduce_scatter_tensor",
+    "GODIST_BENCH_NO_DEEPSPEED": "python -m godist.bench --vs deepspeed: behave as if deepspeed were not installed",
+    "GODIST_BENCH_DS_WRONG": "python -m godist.bench --vs deepspeed: rank 0 adds 1 to what DeepSpeed's bare op "
+                             "returns (the check must count it wrong)",
     "GODIST_BENCH_MPI_FILESTORE": "python -m godist.bench --mpi: where init_method mpi:// is not registered, make "
                                   "the default group from the launcher's rank variables with a FileStore at this path",
     "GODIST_TEST_PYTHON": "Go tests: the Python that runs torch's stores against godist's",
