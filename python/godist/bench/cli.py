@@ -27,13 +27,11 @@ says "no CUDA device: ..." and exits 1.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import shlex
 import sys
 import time
 
-from . import machine, report
+from . import machine, report, results
 from .config import BACKENDS, DTYPES, MALLOC_ENV, OPS, SCENARIOS, Config, human_bytes, scenario_list, spot_sizes_for
 from .options import (BadOption, check_timing, csv_list, int_list, parse_backends, parse_ops, parse_world_sizes,
                       set_process_options, set_rank_env, set_sizes)
@@ -260,24 +258,11 @@ def main(argv=None) -> int:
         print(msg, file=sys.stderr)
         header.append(msg)
 
-    wrong = [r for r in rows if r.get("wrong")]
-    bad_status = [r for r in rows if r["status"] == "error"]
-    code = 1 if (errors or wrong or bad_status) else 0
-    wall = time.monotonic() - t_start
-    command = "python -m godist.bench" + ("" if argv is None and len(sys.argv) <= 1 else " " + " ".join(
-        shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv)))
-    meta = {"command": command, "mode": cfg.mode, "when": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-            "wall_s": wall, "exit": code, "header": header, "loadavg_end": "%.2f %.2f %.2f" % machine.loadavg(),
-            "setup": setup, "errors": errors, "python_loop_ms": pyloop, "backends": cfg.backends}
+    wrong, bad, code = results.outcome(rows, errors)
+    meta = results.run_meta(cfg.mode, t_start, code, header, argv, setup=setup, errors=errors, python_loop_ms=pyloop,
+                            backends=cfg.backends)
     paths = report.write_all(rows, meta, out_dir, want_plot=not a.no_plot)
-    for e in errors:
-        print(e, file=sys.stderr)
-    for r in wrong:
-        print(f"WRONG: P={r['world_size']} {r['op']} {r['dtype']} {human_bytes(int(r['size_bytes']))} "
-              f"{r['backend']} ({r['variant']}): {r['wrong']} wrong elements", file=sys.stderr)
-    for r in bad_status:
-        print(f"ERROR: P={r['world_size']} {r['op']} {r['dtype']} {r['backend']}: {r['error']}", file=sys.stderr)
-    print(f"wrote {', '.join(paths.values())} in {wall:.0f} s; exit {code}", file=sys.stderr)
+    results.print_outcome(errors, wrong, bad, paths, meta, results.cell_name)
     if report.has_ratio(rows, meta):
         print("\n# godist/gloo speed ratio per cell and world size (t_gloo / t_godist; above 1 godist is faster)")
         print("\n".join(report.ratio_table(rows)))

@@ -29,13 +29,11 @@ godist's CUDA path; the header records it.
 
 from __future__ import annotations
 
-import datetime
 import os
-import shlex
 import sys
 import time
 
-from . import machine
+from . import machine, results
 from .config import CUDA_BACKENDS, CUDA_OPS, MALLOC_ENV, Config, human_bytes
 from .gpus import gpu_of, share_gpu_env  # noqa: F401 (both also here: docs/gpu.md names cuda.share_gpu_env)
 from .options import (BadOption, byte_size, check_timing, csv_list, int_list, parse_backends, parse_ops,
@@ -184,25 +182,12 @@ def main(a, parser, argv=None) -> int:
     finally:
         progress.close()
 
-    wrong = [r for r in rows if r.get("wrong")]
-    bad = [r for r in rows if r["status"] == "error"]
-    code = 1 if (errors or wrong or bad) else 0
-    wall = time.monotonic() - t_start
-    args = sys.argv[1:] if argv is None else argv
-    meta = {"command": "python -m godist.bench " + " ".join(shlex.quote(x) for x in args), "mode": cfg.mode,
-            "device": "cuda", "when": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "wall_s": wall,
-            "exit": code, "header": header, "loadavg_end": "%.2f %.2f %.2f" % machine.loadavg(), "setup": setup,
-            "errors": errors, "backends": cfg.backends, "issue_ops": cfg.issue_ops,
-            "issue_max_bytes": cfg.issue_max_bytes}
+    wrong, bad, code = results.outcome(rows, errors)
+    meta = results.run_meta(cfg.mode, t_start, code, header, argv, device="cuda", setup=setup, errors=errors,
+                            backends=cfg.backends, issue_ops=cfg.issue_ops, issue_max_bytes=cfg.issue_max_bytes)
     paths = cuda_report.write_all(rows, meta, out_dir, want_plot=not a.no_plot)
-    for e in errors:
-        print(e, file=sys.stderr)
-    for r in wrong:
-        print(f"WRONG: P={r['world_size']} {r['op']} {human_bytes(int(r['size_bytes']))} {r['backend']}: "
-              f"{r['wrong']} wrong elements", file=sys.stderr)
-    for r in bad:
-        print(f"ERROR: P={r['world_size']} {r['op']} {r['backend']}: {r['error']}", file=sys.stderr)
-    print(f"wrote {', '.join(paths.values())} in {wall:.0f} s; exit {code}", file=sys.stderr)
+    results.print_outcome(errors, wrong, bad, paths, meta,
+                          lambda r: f"P={r['world_size']} {r['op']} {human_bytes(int(r['size_bytes']))} {r['backend']}")
     if cuda_report.has_ratio(meta):
         print("\n# godist/nccl speed per cell and world size (t_nccl / t_godist; above 1 godist is faster)")
         print("\n".join(cuda_report.ratio_table(rows)))

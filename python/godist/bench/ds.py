@@ -24,16 +24,14 @@ minute; torch caches it in ~/.cache/torch_extensions).
 
 from __future__ import annotations
 
-import datetime
 import importlib.metadata
 import importlib.util
 import os
-import shlex
 import socket
 import sys
 import time
 
-from . import machine
+from . import machine, results
 from .config import DS_COLUMNS, DS_DTYPES, MALLOC_ENV, Config, human_bytes
 from .ds_worker import INSTALL_HINT, cpu_kernel_level, shm_path
 from .options import (BadOption, check_timing, csv_list, parse_ops, parse_world_sizes, set_process_options,
@@ -187,24 +185,11 @@ def main(a, parser, argv=None) -> int:
     finally:
         progress.close()
 
-    wrong = [r for r in rows if r.get("wrong")]
-    bad = [r for r in rows if r["status"] == "error"]
-    code = 1 if (errors or wrong or bad) else 0
-    wall = time.monotonic() - t_start
-    args = sys.argv[1:] if argv is None else argv
-    meta = {"command": "python -m godist.bench " + " ".join(shlex.quote(x) for x in args), "mode": cfg.mode,
-            "vs": "deepspeed", "when": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "wall_s": wall,
-            "exit": code, "header": header, "loadavg_end": "%.2f %.2f %.2f" % machine.loadavg(), "setup": setup,
-            "errors": errors, "backends": cfg.backends, "dtypes": cfg.dtypes}
+    wrong, bad, code = results.outcome(rows, errors)
+    meta = results.run_meta(cfg.mode, t_start, code, header, argv, vs="deepspeed", setup=setup, errors=errors,
+                            backends=cfg.backends, dtypes=cfg.dtypes)
     paths = ds_report.write_all(rows, meta, out_dir, want_plot=not a.no_plot)
-    for e in errors:
-        print(e, file=sys.stderr)
-    for r in wrong:
-        print(f"WRONG: P={r['world_size']} {r['op']} {r['dtype']} {human_bytes(int(r['size_bytes']))} "
-              f"{r['backend']} ({r['variant']}): {r['wrong']} wrong elements", file=sys.stderr)
-    for r in bad:
-        print(f"ERROR: P={r['world_size']} {r['op']} {r['dtype']} {r['backend']}: {r['error']}", file=sys.stderr)
-    print(f"wrote {', '.join(paths.values())} in {wall:.0f} s; exit {code}", file=sys.stderr)
+    results.print_outcome(errors, wrong, bad, paths, meta, results.cell_name)
     print("\n# all_reduce, time per op (µs) and speed ratios (above 1 godist is faster)")
     print("\n".join(ds_report.main_table(rows)))
     return code

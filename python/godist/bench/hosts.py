@@ -23,16 +23,14 @@ simulated hosts cannot be made (not root, no namespaces); 2 for bad options.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
 import time
 
-from . import machine
+from . import machine, results
 from .config import HOSTS_OPS, MALLOC_ENV, Config, human_bytes, parse_rate
 from .options import BadOption, check_timing, csv_list, parse_ops, set_process_options, set_sizes
 from .table import Table
@@ -271,25 +269,13 @@ def main(a, parser, argv=None) -> int:
                               "setup": setup.get("setup"), "wall_s": round(time.monotonic() - t, 1),
                               "bits_per_s": parse_rate(rate), "finished": res.done}
             print(f"--- rate {rate} done in {time.monotonic() - t:.0f} s", file=sys.stderr, flush=True)
-    wrong = [r for r in rows if r.get("wrong")]
-    bad = [r for r in rows if r["status"] == "error"]
-    code = 1 if (errors or wrong or bad) else 0
-    args = sys.argv[1:] if argv is None else argv
-    meta = {"command": "python -m godist.bench " + " ".join(shlex.quote(x) for x in args), "mode": cfg.mode,
-            "when": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "wall_s": time.monotonic() - t0,
-            "exit": code, "header": header, "loadavg_end": "%.2f %.2f %.2f" % machine.loadavg(), "hosts": H,
-            "ranks_per_host": L, "rates": cfg.rates, "per_rate": per_rate, "errors": errors,
-            "backends": ["godist", "gloo"]}
+    wrong, bad, code = results.outcome(rows, errors)
+    meta = results.run_meta(cfg.mode, t0, code, header, argv, hosts=H, ranks_per_host=L, rates=cfg.rates,
+                            per_rate=per_rate, errors=errors, backends=["godist", "gloo"])
     from . import hosts_report
 
     out_dir = a.out or os.path.join("docs", "perf-hosts")
     paths = hosts_report.write_all(rows, meta, out_dir, want_plot=not a.no_plot)
-    for e in errors:
-        print(e, file=sys.stderr)
-    for r in wrong:
-        print(f"WRONG: {r['rate']} {r['op']} {human_bytes(int(r['size_bytes']))} {r['backend']}: {r['wrong']} wrong "
-              "elements", file=sys.stderr)
-    for r in bad:
-        print(f"ERROR: {r['rate']} {r['op']} {r['backend']}: {r['error']}", file=sys.stderr)
-    print(f"wrote {', '.join(paths.values())} in {meta['wall_s']:.0f} s; exit {code}", file=sys.stderr)
+    results.print_outcome(errors, wrong, bad, paths, meta,
+                          lambda r: f"{r['rate']} {r['op']} {human_bytes(int(r['size_bytes']))} {r['backend']}")
     return code

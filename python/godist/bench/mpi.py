@@ -26,13 +26,12 @@ How a rank finds its launcher and makes the default group: ``mpi_launch.py``.
 
 from __future__ import annotations
 
-import datetime
 import os
-import shlex
 import sys
 import time
 import traceback
 
+from . import results
 from .config import MPI_GROUPS, MPI_OPS, Config, human_bytes
 from .mpi_launch import NoMpiRendezvous, launcher
 from .options import BadOption, check_timing, csv_list, parse_ops, set_process_options, set_rank_env, set_sizes
@@ -123,22 +122,13 @@ def main(a, parser, argv=None) -> int:
     if rank == 0:
         from . import mpi_report
 
-        wrong = [r for r in rows if r.get("wrong")]
-        bad = [r for r in rows if r["status"] == "error"]
-        code = 1 if (wrong or bad) else 0
-        args = sys.argv[1:] if argv is None else argv
-        meta = {"command": f"mpirun -np {size} python -m godist.bench " + " ".join(shlex.quote(x) for x in args),
-                "mode": cfg.mode, "when": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-                "wall_s": time.monotonic() - t0, "exit": code, "header": b.header, "setup": b.setup_times,
-                "groups": b.group_status, "mpi": b.mpi_text, "ranks": size, "local_ranks": local,
-                "oversubscribed": b.oversubscribed, "errors": []}
+        wrong, bad, code = results.outcome(rows)
+        meta = results.run_meta(cfg.mode, t0, code, b.header, argv, prefix=f"mpirun -np {size} python -m godist.bench",
+                                setup=b.setup_times, groups=b.group_status, mpi=b.mpi_text, ranks=size,
+                                local_ranks=local, oversubscribed=b.oversubscribed, errors=[])
         out_dir = a.out or os.path.join("docs", "perf-mpi")
         paths = mpi_report.write_all(rows, meta, out_dir, want_plot=not a.no_plot)
-        for r in wrong:
-            print(f"WRONG: {r['op']} {human_bytes(int(r['size_bytes']))} {r['backend']}: {r['wrong']} wrong elements",
-                  file=sys.stderr)
-        for r in bad:
-            print(f"ERROR: {r['op']} {r['backend']}: {r['error']}", file=sys.stderr)
-        print(f"wrote {', '.join(paths.values())} in {meta['wall_s']:.0f} s; exit {code}", file=sys.stderr)
+        results.print_outcome([], wrong, bad, paths, meta,
+                              lambda r: f"{r['op']} {human_bytes(int(r['size_bytes']))} {r['backend']}")
     code = b.finish(code)
     return code

@@ -1,13 +1,22 @@
 """What every mode's results have in common (``report.py`` for the CPU mode,
-``cuda_report.py``, ``hosts_report.py``, ``mpi_report.py``): the files'
-names, the CSV's columns and how to read it back, the number formats of the
-tables, and drawing the PNG without losing the numbers."""
+``cuda_report.py``, ``hosts_report.py``, ``mpi_report.py``, ``ds_report.py``):
+the files' names, the CSV's columns and how to read it back, the number
+formats of the tables, drawing the PNG without losing the numbers, and the
+end of a run (its exit code, the metadata every report's header reads, the
+problems printed to stderr)."""
 
 from __future__ import annotations
 
 import csv
+import datetime
 import math
 import os
+import shlex
+import sys
+import time
+
+from . import machine
+from .config import human_bytes
 
 CSV_COLUMNS = ["world_size", "op", "variant", "backend", "dtype", "redop", "nominal_bytes", "size_bytes", "count",
                "n_iters", "repeats", "time_us", "time_max_us", "algbw_GBps", "busbw_GBps", "p50_us", "p95_us",
@@ -75,3 +84,41 @@ def plot_into(paths, out_dir, meta, draw):
         meta.setdefault("errors", []).append(f"plot failed: {type(e).__name__}: {e}")
     paths.pop("png")
     return None
+
+
+def outcome(rows, errors=()):
+    """(rows with wrong results, rows whose op failed, exit code) of a run:
+    1 when a rank failed (errors), a result was wrong or an op failed."""
+    wrong = [r for r in rows if r.get("wrong")]
+    bad = [r for r in rows if r["status"] == "error"]
+    return wrong, bad, 1 if (errors or wrong or bad) else 0
+
+
+def run_meta(mode: str, t_start: float, code: int, header, argv=None, prefix: str = "python -m godist.bench",
+             **fields) -> dict:
+    """The metadata of a run every report's header reads: the command that
+    reproduces it (prefix and the arguments, argv or sys.argv's), when, the
+    wall time since t_start (time.monotonic), the exit code, the machine's
+    header and its load at the end; fields add the mode's own."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return {"command": " ".join([prefix, *(shlex.quote(x) for x in args)]), "mode": mode,
+            "when": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "wall_s": time.monotonic() - t_start,
+            "exit": code, "header": header, "loadavg_end": "%.2f %.2f %.2f" % machine.loadavg(), **fields}
+
+
+def print_outcome(errors, wrong, bad, paths: dict, meta: dict, where) -> None:
+    """To stderr: the ranks' errors, a line per wrong or failed cell (where(row)
+    names the cell), and the files written."""
+    for e in errors:
+        print(e, file=sys.stderr)
+    for r in wrong:
+        print(f"WRONG: {where(r)}: {r['wrong']} wrong elements", file=sys.stderr)
+    for r in bad:
+        print(f"ERROR: {where(r)}: {r['error']}", file=sys.stderr)
+    print(f"wrote {', '.join(paths.values())} in {meta['wall_s']:.0f} s; exit {meta['exit']}", file=sys.stderr)
+
+
+def cell_name(r) -> str:
+    """How a problem line names a CPU or --vs cell's row."""
+    return (f"P={r['world_size']} {r['op']} {r['dtype']} {human_bytes(int(r['size_bytes']))} {r['backend']} "
+            f"({r['variant']})")
