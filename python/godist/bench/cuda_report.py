@@ -12,14 +12,12 @@ Two ratios per cell, both godist against nccl:
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import os
 from collections import defaultdict
 
 from .config import CUDA_BACKENDS, CUDA_OPS, human_bytes
-from .results import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, fmt, fmt_bw, fmt_ratio, plot_into, read_csv
+from .results import CSV_COLUMNS, CSV_NAME, fmt, fmt_bw, fmt_ratio, read_csv, write_files
 from .table import Table
 
 CUDA_CSV_COLUMNS = CSV_COLUMNS + ["issue_us_per_op", "issue_ratio", "ref_backend"]
@@ -177,27 +175,12 @@ def write_markdown(rows, meta, path, png_name):
 
 
 def write_all(rows, meta, out_dir, want_plot=True, write_data=True):
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {"csv": os.path.join(out_dir, CSV_NAME), "md": os.path.join(out_dir, MD_NAME),
-             "meta": os.path.join(out_dir, META_NAME)}
-    if write_data:
-        with open(paths["csv"], "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=CUDA_CSV_COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CUDA_CSV_COLUMNS})
-        with open(paths["meta"], "w") as f:
-            json.dump(meta, f, indent=1)
-    png = None
-    if not want_plot and not write_data and os.path.exists(os.path.join(out_dir, PNG_NAME)):
-        png = PNG_NAME
-    if want_plot:
-        def draw(path):
-            from .plot import plot
+    def draw(path):
+        from .plot import plot
 
-            return plot(rows, path, ratio=has_ratio(meta), ref="nccl")
+        return plot(rows, path, ratio=has_ratio(meta), ref="nccl")
 
-        png = plot_into(paths, out_dir, meta, draw)
+    paths, png = write_files(rows, meta, out_dir, CUDA_CSV_COLUMNS, draw, want_plot, write_data)
     write_markdown(rows, meta, paths["md"], png)
     return paths
 

@@ -19,13 +19,11 @@ that was not called says why.
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 
 from .config import DS_COLUMNS, human_bytes
 from .ds_worker import DS_FALLBACK, kernel_text
-from .results import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, fmt, fmt_bw, fmt_ratio, plot_into, read_csv
+from .results import CSV_COLUMNS, CSV_NAME, fmt, fmt_bw, fmt_ratio, read_csv, write_files
 
 DS_CSV_COLUMNS = CSV_COLUMNS + ["ds_speedup", "op_speedup"]
 RATIOS = (("ds_speedup", "godist/DeepSpeed"), ("op_speedup", "direct op/bare op"))
@@ -252,22 +250,7 @@ def plot(rows, path) -> bool:
 
 
 def write_all(rows, meta, out_dir, want_plot=True, write_data=True):
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {"csv": os.path.join(out_dir, CSV_NAME), "md": os.path.join(out_dir, MD_NAME),
-             "meta": os.path.join(out_dir, META_NAME)}
-    if write_data:
-        with open(paths["csv"], "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=DS_CSV_COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in DS_CSV_COLUMNS})
-        with open(paths["meta"], "w") as f:
-            json.dump(meta, f, indent=1)
-    png = None
-    if not want_plot and not write_data and os.path.exists(os.path.join(out_dir, PNG_NAME)):
-        png = PNG_NAME  # re-rendering without plotting keeps the existing plot
-    if want_plot:
-        png = plot_into(paths, out_dir, meta, lambda p: plot(rows, p))
+    paths, png = write_files(rows, meta, out_dir, DS_CSV_COLUMNS, lambda p: plot(rows, p), want_plot, write_data)
     write_markdown(rows, meta, paths["md"], png)
     return paths
 

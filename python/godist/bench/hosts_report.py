@@ -21,13 +21,12 @@ the data is in their socket buffers, long before the other host has it.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
 
 from .config import HOSTS_OPS, human_bytes, parse_rate
-from .results import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, fmt, fmt_bw, fmt_ratio, plot_into, read_csv
+from .results import CSV_COLUMNS, CSV_NAME, fmt, fmt_bw, fmt_ratio, read_csv, write_files
 
 HOSTS_CSV_COLUMNS = ["rate"] + CSV_COLUMNS + ["link_bound_us", "bound_pct"]
 STYLES = {"godist": dict(color="tab:blue", ls="-", marker="o", mfc="tab:blue"),
@@ -316,24 +315,9 @@ def plot(rows, meta, path) -> bool:
 
 
 def write_all(rows, meta, out_dir, want_plot=True, write_data=True):
-    os.makedirs(out_dir, exist_ok=True)
     add_bounds(rows, meta)
-    paths = {"csv": os.path.join(out_dir, CSV_NAME), "md": os.path.join(out_dir, MD_NAME),
-             "meta": os.path.join(out_dir, META_NAME)}
-    if write_data:
-        with open(paths["csv"], "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=HOSTS_CSV_COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in HOSTS_CSV_COLUMNS})
-    png = None
-    if not want_plot and not write_data and os.path.exists(os.path.join(out_dir, PNG_NAME)):
-        png = PNG_NAME  # re-rendering without plotting keeps the existing plot
-    if want_plot:
-        png = plot_into(paths, out_dir, meta, lambda path: plot(rows, meta, path))
-    if write_data:
-        with open(paths["meta"], "w") as f:
-            json.dump(meta, f, indent=1)
+    paths, png = write_files(rows, meta, out_dir, HOSTS_CSV_COLUMNS, lambda path: plot(rows, meta, path), want_plot,
+                             write_data)
     write_markdown(rows, meta, paths["md"], png)
     return paths
 

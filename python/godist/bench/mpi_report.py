@@ -12,13 +12,10 @@ faster than gloo.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
-import os
 
 from .config import MPI_GROUPS, MPI_OPS, human_bytes
-from .results import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, fmt, fmt_bw, fmt_ratio, plot_into
+from .results import CSV_COLUMNS, fmt, fmt_bw, fmt_ratio, write_files
 
 MPI_CSV_COLUMNS = CSV_COLUMNS + ["mpi_speedup"]
 LABELS = {"godist": "godist", "godist-mpi": "godist over MPI", "gloo": "gloo"}
@@ -194,18 +191,6 @@ def plot(rows, path) -> bool:
 
 
 def write_all(rows, meta, out_dir, want_plot=True):
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {"csv": os.path.join(out_dir, CSV_NAME), "md": os.path.join(out_dir, MD_NAME),
-             "meta": os.path.join(out_dir, META_NAME)}
-    with open(paths["csv"], "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=MPI_CSV_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in MPI_CSV_COLUMNS})
-    png = None
-    if want_plot:
-        png = plot_into(paths, out_dir, meta, lambda path: plot(rows, path))
-    with open(paths["meta"], "w") as f:
-        json.dump(meta, f, indent=1)
+    paths, png = write_files(rows, meta, out_dir, MPI_CSV_COLUMNS, lambda path: plot(rows, path), want_plot)
     write_markdown(rows, meta, paths["md"], png)
     return paths

@@ -6,13 +6,12 @@ leaves out its summary and its columns, and the CSV leaves its column empty."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from collections import defaultdict
 
 from .config import BACKENDS, OPS, human_bytes
-from .results import CSV_COLUMNS, CSV_NAME, MD_NAME, META_NAME, PNG_NAME, fmt, fmt_bw, fmt_ratio, plot_into, read_csv
+from .results import CSV_COLUMNS, CSV_NAME, META_NAME, fmt, fmt_bw, fmt_ratio, read_csv, write_files
 
 MD_COLUMNS = ["P", "size", "count", "type", "redop", "backend", "time (µs)", "algbw (GB/s)", "busbw (GB/s)",
               "p50 (µs)", "p95 (µs)", "CPU/op (µs)", "n", "#wrong", "godist/gloo"]
@@ -26,14 +25,6 @@ def has_ratio(rows, meta: dict | None = None) -> bool:
     if meta and meta.get("backends"):
         return len(meta["backends"]) == len(BACKENDS)
     return {r["backend"] for r in rows} >= set(BACKENDS)
-
-
-def write_csv(rows, path):
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_COLUMNS})
 
 
 def _backend_label(r):
@@ -211,22 +202,11 @@ def render(out_dir, want_plot=True):
 
 
 def write_all(rows, meta, out_dir, want_plot=True, write_data=True):
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {"csv": os.path.join(out_dir, CSV_NAME), "md": os.path.join(out_dir, MD_NAME),
-             "meta": os.path.join(out_dir, META_NAME)}
-    if write_data:
-        write_csv(rows, paths["csv"])
-        with open(paths["meta"], "w") as f:
-            json.dump(meta, f, indent=1)
-    png = None
-    if not want_plot and not write_data and os.path.exists(os.path.join(out_dir, PNG_NAME)):
-        png = PNG_NAME  # re-rendering without plotting keeps the existing plot
-    if want_plot:
-        def draw(path):
-            from .plot import plot
+    def draw(path):
+        from .plot import plot
 
-            return plot(rows, path, ratio=has_ratio(rows, meta))
+        return plot(rows, path, ratio=has_ratio(rows, meta))
 
-        png = plot_into(paths, out_dir, meta, draw)
+    paths, png = write_files(rows, meta, out_dir, CSV_COLUMNS, draw, want_plot, write_data)
     write_markdown(rows, meta, paths["md"], png)
     return paths

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import json
 import math
 import os
 import shlex
@@ -84,6 +85,33 @@ def plot_into(paths, out_dir, meta, draw):
         meta.setdefault("errors", []).append(f"plot failed: {type(e).__name__}: {e}")
     paths.pop("png")
     return None
+
+
+def write_files(rows, meta, out_dir, columns, draw, want_plot=True, write_data=True):
+    """Writes a run's files into out_dir: the CSV (those columns of every
+    row), the plot (``draw(path) -> bool``, see plot_into) and meta.json, in
+    that order (a failed plot is recorded in meta). write_data=False
+    re-renders from existing data: no CSV or meta.json, and without
+    want_plot the existing plot is kept. Returns (paths, the plot's name for
+    the markdown or None)."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {"csv": os.path.join(out_dir, CSV_NAME), "md": os.path.join(out_dir, MD_NAME),
+             "meta": os.path.join(out_dir, META_NAME)}
+    if write_data:
+        with open(paths["csv"], "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
+    png = None
+    if want_plot:
+        png = plot_into(paths, out_dir, meta, draw)
+    elif not write_data and os.path.exists(os.path.join(out_dir, PNG_NAME)):
+        png = PNG_NAME  # re-rendering without plotting keeps the existing plot
+    if write_data:
+        with open(paths["meta"], "w") as f:
+            json.dump(meta, f, indent=1)
+    return paths, png
 
 
 def outcome(rows, errors=()):
