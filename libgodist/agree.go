@@ -86,7 +86,13 @@ func (pg *ProcessGroup) tellGiveUp(seq uint64, err error) {
 	}
 	binary.LittleEndian.PutUint32(b[9:], uint32(fault))
 	copy(b[giveUpHead:len(b)-1], err.Error())
+	pg.mu.Lock()
+	if pg.closed {
+		pg.mu.Unlock()
+		return // Close may be waiting for telling already
+	}
 	pg.telling.Add(1)
+	pg.mu.Unlock()
 	go func() {
 		defer pg.telling.Done()
 		ctx, cancel := context.WithTimeout(pg.ctx, farewellWait)

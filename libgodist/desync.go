@@ -69,6 +69,9 @@ func (pg *ProcessGroup) desynced(de *transport.DesyncError, tell bool) {
 	if pg.broken == nil {
 		pg.broken = &desyncError{de: de}
 	}
+	if tell {
+		pg.telling.Add(1) // under mu, where closed is false: before Close waits for telling
+	}
 	pg.mu.Unlock()
 	glog.Warnf("godist: group %q rank %d: %v", pg.cfg.Group, pg.cfg.Rank, &desyncError{de: de})
 	if t := pg.running.Load(); t != nil && t.w.Seq >= de.Mine.Seq {
@@ -78,7 +81,6 @@ func (pg *ProcessGroup) desynced(de *transport.DesyncError, tell bool) {
 		t.ctx.cancel()
 	}
 	if tell {
-		pg.telling.Add(1)
 		go func() {
 			defer pg.telling.Done()
 			pg.tellDesync(de)
