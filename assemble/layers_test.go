@@ -80,7 +80,9 @@ func packages(t *testing.T, root, dir string) []string {
 // TestLayers checks the dependency rules of docs/architecture.md: the
 // engine imports no backend, a backend imports no other backend (nor the
 // engine's root package, capi or this package), the stores import
-// nothing of ours but the auth handshake, which imports nothing of ours.
+// nothing of ours but the auth handshake, which imports nothing of ours;
+// the algorithm choices (libgodist/algo) import nothing of ours, and the
+// engine and the offloads that choose algorithms ask them.
 func TestLayers(t *testing.T) {
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
@@ -108,6 +110,12 @@ func TestLayers(t *testing.T) {
 	}
 	for dep := range deps(t, root, "auth") {
 		require.Fail(t, "auth imports "+dep, "the auth handshake imports nothing of ours")
+	}
+	for dep := range deps(t, root, "libgodist/algo") {
+		require.Fail(t, "libgodist/algo imports "+dep, "the algorithm choices import nothing of ours")
+	}
+	for _, pkg := range []string{"libgodist", "backends/shm", "backends/hier"} {
+		require.Contains(t, imports(t, root, pkg), "libgodist/algo", "%s chooses its algorithms in libgodist/algo", pkg)
 	}
 }
 

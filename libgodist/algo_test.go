@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -26,8 +27,8 @@ var algoCounts = []int{0, 1, 7, 15, 16, 17, 1000}
 
 // tinyTuning cuts ring steps into 64-byte segments and takes the
 // pipelined broadcast from 64 bytes, so small inputs take every path.
-func tinyTuning() Tuning {
-	t := DefaultTuning()
+func tinyTuning() algo.Table {
+	t := algo.Default()
 	t.AllReduceRDMax, t.RingSegment, t.RingDirectMax, t.RingDirectPairMax = 16, 64, 64, 64
 	t.BroadcastTreeMin, t.BroadcastSegment, t.BroadcastSpareSegment = 64, 64, 64
 	return t
@@ -36,7 +37,7 @@ func tinyTuning() Tuning {
 // onComms runs f concurrently on the comm of every rank of an in-memory
 // group of n ranks (spare: the ranks fit their cores) and returns each
 // rank's error. Every wait is bounded.
-func onComms(t testing.TB, n int, tune Tuning, spare bool, f func(c *comm) error) []error {
+func onComms(t testing.TB, n int, tune algo.Table, spare bool, f func(c *comm) error) []error {
 	t.Helper()
 	net := transport.NewMemNetwork(n)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -97,7 +98,7 @@ func requireNoErrs(t testing.TB, errs []error) {
 // checkAllReduceAlgo runs algo, an all-reduce algorithm, at every world
 // size from minSize and every count, and checks that every rank ends with
 // the sum.
-func checkAllReduceAlgo(t *testing.T, minSize int, tune Tuning, algo func(*comm, []byte, reduceSpec) error) {
+func checkAllReduceAlgo(t *testing.T, minSize int, tune algo.Table, algo func(*comm, []byte, reduceSpec) error) {
 	forSizes(t, minSize, func(t *testing.T, n, count int) {
 		bufs := make([][]byte, n)
 		for r := range bufs {

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/algo"
 )
 
 func TestAllGatherRing(t *testing.T) {
@@ -15,7 +17,7 @@ func TestAllGatherRing(t *testing.T) {
 				outs[r][i] = make([]byte, 8*count)
 			}
 		}
-		requireNoErrs(t, onComms(t, n, DefaultTuning(), false, func(c *comm) error {
+		requireNoErrs(t, onComms(t, n, algo.Default(), false, func(c *comm) error {
 			return allGatherRing(c, i64s(algoInput(c.rank, count)...), outs[c.rank])
 		}))
 		for r := range outs {

@@ -1,5 +1,9 @@
 package libgodist
 
-import "testing"
+import (
+	"testing"
 
-func TestAllReduceRD(t *testing.T) { checkAllReduceAlgo(t, 1, DefaultTuning(), allReduceRD) }
+	"github.com/godist/godist/libgodist/algo"
+)
+
+func TestAllReduceRD(t *testing.T) { checkAllReduceAlgo(t, 1, algo.Default(), allReduceRD) }

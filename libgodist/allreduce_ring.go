@@ -1,6 +1,8 @@
 package libgodist
 
-import "github.com/godist/godist/libgodist/transport"
+import (
+	"github.com/godist/godist/libgodist/transport"
+)
 
 // chunks splits count elements of size es into n balanced chunks and
 // returns chunk i of buf (i taken modulo n).
@@ -56,7 +58,7 @@ func allReduceRing(c *comm, buf []byte, s reduceSpec) error {
 	n, r := c.size, c.rank
 	es := s.dt.Size()
 	ch := chunks{buf: buf, n: n, count: len(buf) / es, es: es}
-	seg := c.tune.segmentSize(es)
+	seg := c.tune.SegmentSize(es)
 	steps := 2 * (n - 1)
 	sq := newSendQueue(c, (r+1)%n, steps*((ch.max()+seg-1)/seg))
 	err := ringAllReduceSteps(c, ch, s, seg, sq)

@@ -1,7 +1,11 @@
 package libgodist
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/godist/godist/libgodist/algo"
+)
 
 func TestAllReduceRingDirect(t *testing.T) {
-	checkAllReduceAlgo(t, 1, DefaultTuning(), allReduceRingDirect)
+	checkAllReduceAlgo(t, 1, algo.Default(), allReduceRingDirect)
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/algo"
 )
 
 // TestAllToAllPairwise sends blocks of uneven sizes: rank r's block for
@@ -19,7 +21,7 @@ func TestAllToAllPairwise(t *testing.T) {
 				outs[r][j] = make([]byte, 8*size(j, r))
 			}
 		}
-		requireNoErrs(t, onComms(t, n, DefaultTuning(), false, func(c *comm) error {
+		requireNoErrs(t, onComms(t, n, algo.Default(), false, func(c *comm) error {
 			ins := make([][]byte, n)
 			for j := range ins {
 				ins[j] = i64s(block(c.rank, j)...)

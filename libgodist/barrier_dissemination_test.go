@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/algo"
 )
 
 // TestBarrierDissemination: no rank leaves the barrier before every rank
@@ -13,7 +15,7 @@ func TestBarrierDissemination(t *testing.T) {
 	for _, n := range algoSizes {
 		var entered atomic.Int32
 		seen := make([]int32, n)
-		requireNoErrs(t, onComms(t, n, DefaultTuning(), false, func(c *comm) error {
+		requireNoErrs(t, onComms(t, n, algo.Default(), false, func(c *comm) error {
 			entered.Add(1)
 			err := barrierDissemination(c)
 			seen[c.rank] = entered.Load()

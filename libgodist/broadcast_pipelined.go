@@ -6,7 +6,7 @@ import "github.com/godist/godist/libgodist/transport"
 // child has a sender goroutine of its own (pipeline.go): a rank sends to
 // all its children at once instead of one after the other, and it can cut
 // the buffer into segments of seg bytes, forwarding each as soon as it has
-// landed while later ones are still arriving (Tuning.broadcastSeg chooses
+// landed while later ones are still arriving (algo.Table.TreeSegment chooses
 // seg; the whole buffer is one segment when some host's ranks outnumber
 // its cores).
 // A rank posts all its receives, then tells its parent (an empty message),

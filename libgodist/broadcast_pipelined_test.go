@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/algo"
 )
 
 // TestBroadcastPipelinedSegments runs the tree with concurrent children in
@@ -16,7 +18,7 @@ func TestBroadcastPipelinedSegments(t *testing.T) {
 				for r := range bufs {
 					bufs[r] = i64s(algoInput(r, count)...)
 				}
-				requireNoErrs(t, onComms(t, n, DefaultTuning(), false, func(c *comm) error {
+				requireNoErrs(t, onComms(t, n, algo.Default(), false, func(c *comm) error {
 					return broadcastPipelined(c, bufs[c.rank], root, max(seg, 1))
 				}))
 				for r := range bufs {

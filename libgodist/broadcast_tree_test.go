@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/algo"
 )
 
 func TestBroadcastTree(t *testing.T) {
@@ -13,7 +15,7 @@ func TestBroadcastTree(t *testing.T) {
 			for r := range bufs {
 				bufs[r] = i64s(algoInput(r, count)...)
 			}
-			requireNoErrs(t, onComms(t, n, DefaultTuning(), false, func(c *comm) error { return broadcastTree(c, bufs[c.rank], root) }))
+			requireNoErrs(t, onComms(t, n, algo.Default(), false, func(c *comm) error { return broadcastTree(c, bufs[c.rank], root) }))
 			for r := range bufs {
 				require.Equal(t, algoInput(root, count), toI64(bufs[r]), "rank %d, root %d", r, root)
 			}

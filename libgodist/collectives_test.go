@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godist/godist/internal/testutil"
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -25,8 +26,8 @@ func group(t testing.TB, n int, timeout time.Duration) ([]*ProcessGroup, *transp
 }
 
 // groupTuned builds n connected in-memory process groups with tune (nil
-// for DefaultTuning).
-func groupTuned(t testing.TB, n int, timeout time.Duration, tune *Tuning) ([]*ProcessGroup, *transport.MemNetwork) {
+// for algo.Default).
+func groupTuned(t testing.TB, n int, timeout time.Duration, tune *algo.Table) ([]*ProcessGroup, *transport.MemNetwork) {
 	t.Helper()
 	net := transport.NewMemNetwork(n)
 	pgs := make([]*ProcessGroup, n)
@@ -107,7 +108,7 @@ func TestAllReduceSumAndMax(t *testing.T) {
 		spare      bool
 	}{{1 << 20, 512 << 10, false}, {16, 512 << 10, false}, {16, 24, false}, {16, 3, false},
 		{16, 512 << 10, true}, {16, 24, true}, {16, 3, true}} {
-		tune := DefaultTuning()
+		tune := algo.Default()
 		tune.AllReduceRDMax, tune.RingSegment = mode.rdMax, mode.seg
 		for _, n := range append(worldSizes, 13) {
 			for _, count := range []int{0, 1, 7, 1000} {

@@ -3,6 +3,7 @@ package libgodist
 import (
 	"context"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -13,7 +14,7 @@ import (
 type comm struct {
 	tr      transport.Transport
 	offload backend.Offload // carries whole collectives when set
-	tune    *Tuning         // the group's sizes for choosing algorithms
+	tune    *algo.Table     // the group's sizes for choosing algorithms
 	ctx     context.Context
 	seq     uint64
 	rank    int

@@ -3,14 +3,16 @@ package libgodist
 import (
 	"errors"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/reduce"
 )
 
 // Each collective's run, in one place: the group's offload takes the op
 // when it has one (shared memory between co-located ranks), else the
-// group's Tuning picks one of the engine's algorithms (one per file, each
-// written against comm's sends and receives only).
+// group's algo.Table picks one of the engine's algorithms (one per file,
+// each written against comm's sends and receives only; libgodist/algo
+// holds every choice and its sizes).
 
 // offloaded reports whether the offload ran the op, and its error. An
 // offload that declines leaves the op to the engine.
@@ -53,10 +55,10 @@ func allReduceRun(c *comm, buf []byte, s reduceSpec) error {
 			return err
 		}
 	}
-	switch c.tune.allReduceAlgo(len(buf)/s.dt.Size(), s.dt.Size(), c.size, c.spare) {
-	case algoRecursiveDoubling:
+	switch c.tune.AllReduce(len(buf)/s.dt.Size(), s.dt.Size(), c.size, c.spare) {
+	case algo.RecursiveDoubling:
 		return allReduceRD(c, buf, s)
-	case algoRingDirect:
+	case algo.RingDirect:
 		return allReduceRingDirect(c, buf, s)
 	default:
 		return allReduceRing(c, buf, s)
@@ -73,8 +75,8 @@ func broadcast(c *comm, buf []byte, root int) error {
 			return err
 		}
 	}
-	if c.tune.broadcastAlgo(len(buf), c.size) == algoTreePipelined {
-		return broadcastPipelined(c, buf, root, c.tune.broadcastSeg(len(buf), c.allSpare))
+	if c.tune.Broadcast(len(buf), c.size) == algo.TreePipelined {
+		return broadcastPipelined(c, buf, root, c.tune.TreeSegment(len(buf), c.allSpare))
 	}
 	return broadcastTree(c, buf, root)
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/algo"
 )
 
 func TestGatherScatter(t *testing.T) {
@@ -13,7 +15,7 @@ func TestGatherScatter(t *testing.T) {
 			for i := range outs {
 				outs[i] = make([]byte, 8*count)
 			}
-			requireNoErrs(t, onComms(t, n, DefaultTuning(), false, func(c *comm) error {
+			requireNoErrs(t, onComms(t, n, algo.Default(), false, func(c *comm) error {
 				var o [][]byte
 				if c.rank == root {
 					o = outs
@@ -27,7 +29,7 @@ func TestGatherScatter(t *testing.T) {
 			for r := range got {
 				got[r] = make([]byte, 8*count)
 			}
-			requireNoErrs(t, onComms(t, n, DefaultTuning(), false, func(c *comm) error {
+			requireNoErrs(t, onComms(t, n, algo.Default(), false, func(c *comm) error {
 				var ins [][]byte
 				if c.rank == root {
 					ins = make([][]byte, n)

@@ -22,9 +22,10 @@ type State struct {
 	Rank    int       `json:"rank"`
 	Size    int       `json:"size"`
 	Offload string    `json:"offload"`
-	Hosts   [][]int   `json:"hosts"`  // the group's ranks by host
-	Via     []string  `json:"via"`    // how this rank reaches each rank: "self", "shm", "tcp", ...
-	Issued  uint64    `json:"issued"` // sequence number of the last collective issued
+	Hosts   [][]int   `json:"hosts"`      // the group's ranks by host
+	Via     []string  `json:"via"`        // how this rank reaches each rank: "self", "shm", "tcp", ...
+	Algos   string    `json:"algorithms"` // what its collectives take (ProcessGroup.Algorithms)
+	Issued  uint64    `json:"issued"`     // sequence number of the last collective issued
 	Last    *OpState  `json:"last_completed"`
 	Running *OpState  `json:"running"`
 	Queued  []OpState `json:"queued"`
@@ -47,6 +48,7 @@ func (pg *ProcessGroup) State() State {
 	pg.mu.Lock()
 	s.Hosts, s.Via = pg.hosts, pg.via
 	pg.mu.Unlock()
+	s.Algos = pg.Algorithms()
 	if s.Hosts == nil && s.Size == 1 {
 		s.Hosts, s.Via = [][]int{{0}}, []string{"self"}
 	}
@@ -144,8 +146,8 @@ func (pg *ProcessGroup) announce(s *backend.Setup, fabric string, off backend.Of
 	case pg.cfg.Size > 1:
 		fmt.Fprintf(&b, "peers %s over %s", ranges(append(near, far...)), fabric)
 	}
-	if off == nil && pg.cfg.Size > 1 {
-		fmt.Fprintf(&b, "; %s", pg.tune.describe(pg.cfg.Size, pg.spare))
+	if a := pg.Algorithms(); a != "" {
+		fmt.Fprintf(&b, "; %s", a)
 	}
 	fmt.Fprintf(&b, "; rendezvous %v", time.Since(pg.created).Round(time.Millisecond))
 	glog.Infof("%s", b.String())
@@ -200,36 +202,12 @@ func ranges(rs []int) string {
 	return strings.Join(parts, ",")
 }
 
-// describe names the algorithms the engine's collectives take on n ranks.
-func (t *Tuning) describe(n int, spare bool) string {
-	direct := t.RingDirectMax
-	if n == 2 {
-		direct = t.RingDirectPairMax
-	}
-	if !spare {
-		direct = t.RingSegment
-	}
-	return fmt.Sprintf("all_reduce: recursive doubling up to %s, then ring (direct while a chunk is at most %s, "+
-		"pipelined above); broadcast: tree, pipelined above %s", size(t.AllReduceRDMax), size(direct), size(t.BroadcastTreeMin))
-}
-
 // plural writes n things: "1 CPU", "2 CPUs".
 func plural(n int, thing string) string {
 	if n == 1 {
 		return "1 " + thing
 	}
 	return fmt.Sprintf("%d %ss", n, thing)
-}
-
-// size writes a byte count the short way (64 KiB).
-func size(n int) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // String writes the snapshot on one line.

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -17,9 +18,10 @@ type Config struct {
 	Rank, Size int
 	Group      string        // the group's name (c10d group name)
 	Timeout    time.Duration // default deadline of each operation
-	// Tuning sets the sizes at which algorithms switch; nil takes
-	// DefaultTuning. Every rank of a group must pass the same values.
-	Tuning *Tuning
+	// Tuning sets the sizes at which algorithms switch, in the engine and
+	// in the offloads (backend.Setup carries it to them); nil takes
+	// algo.Default(). Every rank of a group must pass the same values.
+	Tuning *algo.Table
 }
 
 func (c Config) validate() error {
@@ -41,7 +43,7 @@ func (c Config) validate() error {
 // point-to-point operations bypass the queue.
 type ProcessGroup struct {
 	cfg     Config
-	tune    Tuning
+	tune    algo.Table
 	tr      transport.Transport
 	offload backend.Offload // carries the collectives when set (shared memory of co-located ranks)
 	rdv     *rendezvous     // nil once connected or for in-memory groups
@@ -113,7 +115,7 @@ func NewWithTransport(cfg Config, tr transport.Transport) (*ProcessGroup, error)
 
 func newPG(cfg Config) *ProcessGroup {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	pg := &ProcessGroup{cfg: cfg, tune: DefaultTuning(), ctx: ctx, cancel: cancel, ctlDone: make(chan struct{}),
+	pg := &ProcessGroup{cfg: cfg, tune: algo.Default(), ctx: ctx, cancel: cancel, ctlDone: make(chan struct{}),
 		created: time.Now()}
 	if cfg.Tuning != nil {
 		pg.tune = *cfg.Tuning
@@ -150,6 +152,22 @@ func (pg *ProcessGroup) Offload() string {
 		return ""
 	}
 	return pg.offload.Name()
+}
+
+// Algorithms names the algorithms the group's collectives take: the
+// offload's when it names them (backend.Described), else the engine's over
+// the transport; "" for a group of one or one not yet connected.
+func (pg *ProcessGroup) Algorithms() string {
+	pg.mu.Lock()
+	off, tr, spare := pg.offload, pg.tr, pg.spare
+	pg.mu.Unlock()
+	if d, ok := off.(backend.Described); ok {
+		return d.Algorithms()
+	}
+	if off != nil || tr == nil || pg.cfg.Size < 2 {
+		return ""
+	}
+	return pg.tune.DescribeEngine(pg.cfg.Size, spare)
 }
 
 // SetTimeout changes the default deadline of the operations submitted from

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godist/godist/assemble"
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/reduce"
 )
 
@@ -37,7 +38,7 @@ func TestRingPipelineTCP(t *testing.T) {
 		spare bool
 	}
 	for _, m := range []mode{{4000, false}, {4000, true}, {4 << 20, false}} {
-		tune := DefaultTuning()
+		tune := algo.Default()
 		tune.AllReduceRDMax, tune.RingSegment = 16, m.seg
 		for _, n := range []int{2, 3, 4, 5} {
 			t.Run(fmt.Sprintf("seg%d/n%d/spare=%v", m.seg, n, m.spare), func(t *testing.T) {
@@ -71,41 +72,6 @@ func TestRingPipelineTCP(t *testing.T) {
 	}
 }
 
-func TestRingDirectChoice(t *testing.T) {
-	tune := Tuning{RingSegment: 4 << 20, RingDirectMax: 1 << 20, RingDirectPairMax: 4 << 20}
-	for _, c := range []struct {
-		count, es, n int
-		spare, want  bool
-		what         string
-	}{
-		{2 << 20 / 4, 4, 8, true, true, "2 MiB on 8 ranks: 256 KiB chunks"},
-		{2 << 20 / 4, 4, 3, true, true, "2 MiB on 3 ranks: 683 KiB chunks"},
-		{4 << 20 / 4, 4, 4, true, true, "4 MiB on 4 ranks: 1 MiB chunks"},
-		{4<<20/4 + 1, 4, 4, true, false, "a chunk one element over"},
-		{4 << 20 / 4, 4, 3, true, false, "4 MiB on 3 ranks: 1.3 MiB chunks"},
-		{8 << 20 / 4, 4, 8, true, true, "8 MiB on 8 ranks: 1 MiB chunks"},
-		{16 << 20 / 4, 4, 4, true, false, "16 MiB on 4 ranks: 4 MiB chunks"},
-		{64 << 20 / 4, 4, 16, true, false, "64 MiB on 16 ranks: 4 MiB chunks"},
-		// Two ranks: up to a whole segment.
-		{2 << 20 / 4, 4, 2, true, true, "2 MiB on 2 ranks: 1 MiB chunks"},
-		{8 << 20 / 4, 4, 2, true, true, "8 MiB on 2 ranks: 4 MiB chunks"},
-		{8 << 20 / 2, 2, 2, true, true, "8 MiB of 2-byte elements on 2 ranks"},
-		{8<<20/4 + 1, 4, 2, true, false, "a chunk one element over"},
-		{16 << 20 / 4, 4, 2, true, false, "16 MiB on 2 ranks: 8 MiB chunks"},
-		// More ranks than cores: up to a whole segment at any size.
-		{16 << 20 / 4, 4, 4, false, true, "16 MiB on 4 ranks: 4 MiB chunks"},
-		{32 << 20 / 4, 4, 8, false, true, "32 MiB on 8 ranks: 4 MiB chunks"},
-		{32 << 20 / 4, 4, 4, false, false, "32 MiB on 4 ranks: 8 MiB chunks"},
-		{16<<20/4 + 1, 4, 4, false, false, "a chunk one element over"},
-	} {
-		require.Equal(t, c.want, tune.ringDirect(c.count, c.es, c.n, c.spare), c.what)
-	}
-	tune.RingSegment = 4000
-	require.False(t, tune.ringDirect(2<<20/4, 4, 8, true), "chunks over a segment go through the pipeline")
-	require.False(t, tune.ringDirect(8008/4, 4, 2, true), "on 2 ranks too: 4004-byte chunks")
-	require.False(t, tune.ringDirect(8008/4, 4, 2, false), "and with more ranks than cores")
-}
-
 // TestBroadcastPipelined runs the broadcast tree with concurrent children
 // in memory and over sockets, from every root, with a buffer of exactly
 // the threshold (the one-child-at-a-time tree), just above it and well
@@ -121,7 +87,7 @@ func TestBroadcastPipelined(t *testing.T) {
 			for _, seg := range []int{1000, 0} {
 				// Segments come from BroadcastSpareSegment, used when every
 				// rank has a core (comm.allSpare); whole otherwise.
-				tune := DefaultTuning()
+				tune := algo.Default()
 				tune.BroadcastTreeMin, tune.BroadcastSegment, tune.BroadcastSpareSegment = 1000, 0, seg
 				t.Run(fmt.Sprintf("%s/n%d/seg%d", kind, n, seg), func(t *testing.T) {
 					var pgs []*ProcessGroup
@@ -172,7 +138,7 @@ func TestBroadcastPipelined(t *testing.T) {
 // time out naming it; rank 1, fed by the root directly, completes (its
 // sender does not wait for rank 2's).
 func TestBroadcastPipelinedMissingRank(t *testing.T) {
-	tune := DefaultTuning()
+	tune := algo.Default()
 	tune.BroadcastTreeMin, tune.BroadcastSegment = 1000, 1000
 	pgs, _ := groupTuned(t, 4, 300*time.Millisecond, &tune)
 	want := input(0, 700)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -143,7 +144,7 @@ func TestRingsPostReceivesAhead(t *testing.T) {
 		}, append(append(in(0), in(1)...), in(2)...), false, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tune := DefaultTuning()
+			tune := algo.Default()
 			tune.AllReduceRDMax = 16
 			if tc.pipelined {
 				tune.RingSegment = 1000 // 4000-byte chunks: four segments a step

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/algo"
 )
 
 // TestReduceScatterRing: rank r ends with the sum over ranks of their
@@ -21,7 +23,7 @@ func TestReduceScatterRing(t *testing.T) {
 		for r := range outs {
 			outs[r] = make([]byte, 8*count)
 		}
-		requireNoErrs(t, onComms(t, n, DefaultTuning(), false, func(c *comm) error {
+		requireNoErrs(t, onComms(t, n, algo.Default(), false, func(c *comm) error {
 			return reduceScatterRing(c, ins[c.rank], outs[c.rank], sumI64)
 		}))
 		for r := range outs {

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/algo"
 )
 
 // TestReduceTree: the root ends with the sum, every other rank's buffer is
@@ -15,7 +17,7 @@ func TestReduceTree(t *testing.T) {
 			for r := range bufs {
 				bufs[r] = i64s(algoInput(r, count)...)
 			}
-			requireNoErrs(t, onComms(t, n, DefaultTuning(), false, func(c *comm) error { return reduceTo(c, bufs[c.rank], root, sumI64) }))
+			requireNoErrs(t, onComms(t, n, algo.Default(), false, func(c *comm) error { return reduceTo(c, bufs[c.rank], root, sumI64) }))
 			for r := range bufs {
 				want := algoInput(r, count)
 				if r == root {

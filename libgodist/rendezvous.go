@@ -108,7 +108,8 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	s := &backend.Setup{Rank: pg.cfg.Rank, Size: pg.cfg.Size, Group: pg.cfg.Group, Session: recs[0].Session, Records: recs}
+	s := &backend.Setup{Rank: pg.cfg.Rank, Size: pg.cfg.Size, Group: pg.cfg.Group, Session: recs[0].Session, Records: recs,
+		Table: &pg.tune}
 	ctx, cancel := context.WithTimeout(pg.ctx, timeout)
 	defer cancel()
 	tr, err := rdv.set.Fabric.Connect(ctx, s)

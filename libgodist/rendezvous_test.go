@@ -17,6 +17,7 @@ import (
 	"github.com/godist/godist/assemble"
 	"github.com/godist/godist/backends/shm"
 	"github.com/godist/godist/internal/testutil"
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
@@ -35,7 +36,7 @@ func backends(t testing.TB, transport string) backend.Set {
 // connectGroup runs the real two-step rendezvous (New, LocalRecord,
 // Connect) for n ranks in this process, over TCP on loopback and, unless
 // transport is "tcp", shared memory; tune nil takes DefaultTuning.
-func connectGroup(t testing.TB, n int, transport string, tune *Tuning) []*ProcessGroup {
+func connectGroup(t testing.TB, n int, transport string, tune *algo.Table) []*ProcessGroup {
 	t.Helper()
 	pgs := make([]*ProcessGroup, n)
 	recs := make([][]byte, n)

@@ -3,14 +3,10 @@ package hier
 import (
 	"context"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/scratch"
 )
-
-// shardMin is the smallest all-reduce (bytes) split across a host's
-// ranks; below it the host's lowest rank alone talks to the other hosts,
-// which saves the host stages' extra synchronization.
-const shardMin = 256 << 10
 
 // AllReduce reduces buf in place across the group. In an even group of H
 // hosts x L ranks, large buffers go in L shards:
@@ -21,13 +17,14 @@ const shardMin = 256 << 10
 //
 // and a host sends 2(H-1)/H of buf across its link in all, its L ranks in
 // parallel. Small buffers, and uneven groups, take the leader path: host
-// all-reduce, all-reduce among the hosts' lowest ranks, host broadcast.
+// all-reduce, all-reduce among the hosts' lowest ranks, host broadcast
+// (algo.Table.HierAllReduce chooses).
 func (o *Offload) AllReduce(ctx context.Context, buf []byte, elem int, combine backend.Combine) error {
 	if len(buf) == 0 {
 		return nil // the same on every rank: nothing to send
 	}
 	L := len(o.topo.mine())
-	if o.topo.even && L > 1 && len(buf) >= shardMin && len(buf)/elem >= L {
+	if o.table.HierAllReduce(len(buf)/elem, elem, L, o.topo.even) == algo.HierSharded {
 		return o.allReduceSharded(ctx, buf, elem, combine)
 	}
 	return o.allReduceLeaders(ctx, buf, elem, combine)

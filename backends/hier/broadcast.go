@@ -3,6 +3,7 @@ package hier
 import (
 	"context"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/scratch"
 )
 
@@ -18,7 +19,7 @@ func (o *Offload) Broadcast(ctx context.Context, buf []byte, root int) error {
 	}
 	rootHost, rootLocal := o.topo.find(root)
 	L := len(o.topo.mine())
-	if o.topo.even && L > 1 && len(buf) >= shardMin {
+	if o.table.HierBroadcast(len(buf), L, o.topo.even) == algo.HierSharded {
 		return o.broadcastSharded(ctx, buf, rootHost, rootLocal)
 	}
 	if o.topo.host == rootHost {

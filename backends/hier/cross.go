@@ -3,6 +3,7 @@ package hier
 import (
 	"context"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/scratch"
 	"github.com/godist/godist/libgodist/transport"
@@ -13,11 +14,6 @@ import (
 // offload's call number so that calls never mix. Every step here is
 // written against transport.Transport alone.
 
-// smallMax is the largest all-reduce (bytes) done by exchanging whole
-// buffers, one round, each member reducing in host order; larger ones go
-// round a ring, each member sending 2(H-1)/H of the buffer.
-const smallMax = 64 << 10
-
 // xfer is one offload call's messages among members.
 type xfer struct {
 	ctx     context.Context
@@ -25,6 +21,7 @@ type xfer struct {
 	seq     uint64
 	members []int // group ranks, one per host
 	me      int   // this rank's index in members
+	table   *algo.Table
 }
 
 func (x *xfer) tag(step uint16) transport.Tag { return transport.OffloadTag(x.seq, step) }
@@ -51,12 +48,15 @@ func (x *xfer) sendRecv(to int, sb []byte, from int, rb *transport.Recv, step ui
 	return rb.Wait(x.ctx)
 }
 
-// allReduce reduces buf across the members, in place.
+// allReduce reduces buf across the members, in place: whole buffers
+// exchanged in one round, each member reducing in host order, or round a
+// ring, each member sending 2(H-1)/H of the buffer (algo.Table.HierCross
+// chooses).
 func (x *xfer) allReduce(buf []byte, elem int, combine backend.Combine, step uint16) error {
 	switch {
 	case len(x.members) == 1:
 		return nil
-	case len(buf) <= smallMax || len(buf)/elem < len(x.members):
+	case x.table.HierCross(len(buf)/elem, elem, len(x.members)) == algo.CrossSmall:
 		return x.allReduceSmall(buf, combine, step)
 	default:
 		return x.allReduceRing(buf, elem, combine, step)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godist/godist/internal/testutil"
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/wire"
@@ -31,7 +32,8 @@ func (m *memHost) x(ctx context.Context) *xfer {
 	for i := range members {
 		members[i] = i
 	}
-	return &xfer{ctx: ctx, tr: m.tr, seq: m.seq, members: members, me: m.tr.Rank()}
+	table := algo.Default()
+	return &xfer{ctx: ctx, tr: m.tr, seq: m.seq, members: members, me: m.tr.Rank(), table: &table}
 }
 
 func (m *memHost) Name() string { return "mem" }
@@ -74,7 +76,7 @@ func world(t *testing.T, place []int) []*Offload {
 		if len(topo.mine()) > 1 {
 			local = &memHost{tr: nets[topo.host].Transport(topo.local)}
 		}
-		out[r] = newOffload(topo, local, global.Transport(r))
+		out[r] = newOffload(topo, local, global.Transport(r), algo.Default())
 	}
 	t.Cleanup(func() {
 		for _, o := range out {
@@ -140,6 +142,10 @@ var topologies = map[string][]int{
 	"4 hosts x2 ring":   {0, 0, 1, 1, 2, 2, 3, 3},
 	"3 hosts x2 (ring)": {0, 0, 1, 1, 2, 2},
 }
+
+// shardMin is the default table's smallest all-reduce split across a
+// host's ranks.
+var shardMin = algo.Default().HierShardMin
 
 // sizes in float32 elements: tiny, odd, small, and past shardMin (padded
 // and not, in one segment and in several) so that every path runs.
@@ -339,7 +345,7 @@ func TestLostPeer(t *testing.T) {
 	offs := make([]*Offload, P)
 	for r := range P {
 		topo := newTopology(&backend.Setup{Rank: r, Size: P, Records: recs})
-		offs[r] = newOffload(topo, &memHost{tr: nets[topo.host].Transport(topo.local)}, global.Transport(r))
+		offs[r] = newOffload(topo, &memHost{tr: nets[topo.host].Transport(topo.local)}, global.Transport(r), algo.Default())
 	}
 	global.Kill(3)
 	// Rank 3 dies on its host too once rank 2, its host peer, is in the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -17,12 +18,23 @@ type Offload struct {
 	local backend.Offload // this host's offload; nil when the host has one rank
 	tr    transport.Transport
 	seq   uint64 // calls that sent across hosts so far
+	table algo.Table
 
 	closeOnce sync.Once
 }
 
-func newOffload(t topology, local backend.Offload, tr transport.Transport) *Offload {
-	return &Offload{topo: t, local: local, tr: tr}
+func newOffload(t topology, local backend.Offload, tr transport.Transport, table algo.Table) *Offload {
+	return &Offload{topo: t, local: local, tr: tr, table: table}
+}
+
+// Algorithms names the algorithms its collectives take, and those of
+// this host's offload (backend.Described).
+func (o *Offload) Algorithms() string {
+	out := o.table.DescribeHier(len(o.topo.mine()), o.topo.even)
+	if d, ok := o.local.(backend.Described); ok {
+		out += "; inside a host, " + d.Algorithms()
+	}
+	return out
 }
 
 // Name is "shm+tcp": the host offload's name and the transport's.
@@ -47,7 +59,7 @@ func (o *Offload) next(ctx context.Context, members []int) *xfer {
 			me = i
 		}
 	}
-	return &xfer{ctx: ctx, tr: o.tr, seq: o.seq, members: members, me: me}
+	return &xfer{ctx: ctx, tr: o.tr, seq: o.seq, members: members, me: me, table: &o.table}
 }
 
 // host-stage helpers: a host of one rank has nothing to do.

@@ -22,6 +22,7 @@ type Offloader struct {
 var (
 	_ backend.Offloader = (*Offloader)(nil)
 	_ backend.Offload   = (*Offload)(nil)
+	_ backend.Described = (*Offload)(nil)
 )
 
 // NewOffloader returns the offloader whose host stages run on host.
@@ -53,5 +54,5 @@ func (o *Offloader) Join(ctx context.Context, s *backend.Setup, tr transport.Tra
 		}
 		return nil, tr, err
 	}
-	return newOffload(t, local, routed), routed, nil
+	return newOffload(t, local, routed, s.Algorithms()), routed, nil
 }

@@ -1,6 +1,10 @@
 package shm
 
-import "context"
+import (
+	"context"
+
+	"github.com/godist/godist/libgodist/algo"
+)
 
 // maxElemSize bounds element sizes (complex128 is 16 bytes); with
 // MinChunkSize every rank's share of a chunk holds at least one element.
@@ -14,9 +18,7 @@ const maxElemSize = 32
 // the caller's; the arena does not keep it after AllReduce returns.
 //
 // Algorithms: one-shot (allreduce_oneshot.go) up to OneShotMax bytes,
-// two-shot (allreduce_twoshot.go) above. (Single copy, direct.go, loses
-// here: reading a peer's memory runs at a quarter of memmove's speed, and
-// an all-reduce reads the buffer twice.)
+// two-shot (allreduce_twoshot.go) above, as algo.ShmAllReduce chooses.
 //
 // Errors: ErrInvalid for bad arguments; *transport.PeerError wrapping
 // transport.ErrTimeout, ErrConnLost, ErrPeerGone, ErrSizeMismatch or
@@ -37,7 +39,7 @@ func (a *Arena) AllReduce(ctx context.Context, buf []byte, elemSize int, combine
 		return a.end(nil)
 	}
 	d := desc{kind: kindAllReduce, arg: uint32(elemSize), n: uint64(len(buf))}
-	if len(buf) <= a.lay.oneShot {
+	if algo.ShmAllReduce(len(buf), a.lay.oneShot) == algo.ShmOneShot {
 		err = a.allReduceOneShot(&c, buf, d, combine)
 	} else {
 		err = a.allReduceTwoShot(&c, buf, d, combine)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -121,7 +122,7 @@ func (a *Arena) allToAll(c *opCtx, ins, outs [][]byte) error {
 		}
 	}
 	a.scratch = skip
-	if a.useDirect(maxBlk) {
+	if algo.ShmAllToAll(maxBlk, a.size, a.lay.direct, a.direct) == algo.ShmDirectCopy {
 		// Single copy: read each block straight out of its sender's
 		// memory, at the address in the sender's table.
 		for k := 1; k < P; k++ {

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -64,6 +65,9 @@ type Arena struct {
 	// direct: every local rank can read every other's memory, so large
 	// collectives copy straight out of it (direct.go). Fixed after Open.
 	direct bool
+	// table chooses the algorithms beyond the layout's limits
+	// (libgodist/algo); fixed at Open.
+	table algo.Table
 	// sameProc is the number of local ranks in this process (more than one
 	// in tests and benchmarks, where waiters may have to yield to the Go
 	// scheduler too). Fixed after Open.
@@ -161,6 +165,17 @@ func (c *Created) Open(ctx context.Context) (*Arena, error) {
 	return attach(ctx, c.cfg, c.path, mem, c.p)
 }
 
+// fits reports whether the arena was created with cfg's layout limits, so
+// that a rank configured with cfg could open it as its creator, and takes
+// cfg's Table.
+func (c *Created) fits(cfg Config) bool {
+	if cfg.normalize() != nil || cfg.params() != c.p {
+		return false
+	}
+	c.cfg.Table = cfg.Table
+	return true
+}
+
 // Discard removes and unmaps an arena that will not be opened.
 func (c *Created) Discard() {
 	if c.mem != nil {
@@ -175,7 +190,10 @@ func (c *Created) Discard() {
 func attach(ctx context.Context, cfg Config, path string, mem []byte, p params) (*Arena, error) {
 	a := &Arena{path: path, rank: cfg.Rank, size: cfg.Size, global: cfg.GlobalRanks,
 		lay: newLayout(p), mem: mem, base: unsafe.Pointer(unsafe.SliceData(mem)),
-		step: 1, seenD: make([]uint64, cfg.Size)}
+		step: 1, seenD: make([]uint64, cfg.Size), table: algo.Default()}
+	if cfg.Table != nil {
+		a.table = *cfg.Table
+	}
 	if a.global == nil {
 		a.global = make([]int, a.size)
 		for i := range a.global {

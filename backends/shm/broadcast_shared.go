@@ -4,11 +4,13 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/godist/godist/libgodist/algo"
 )
 
 // Two-rank broadcast by shared single copy. When the two local ranks can
-// read each other's memory (direct.go), a broadcast of bcastSharedMin
-// bytes or more moves no byte through the slots: the bytes go straight
+// read each other's memory (direct.go), a broadcast of at least the
+// table's ShmSharedBroadcastMin (libgodist/algo) moves no byte through the slots: the bytes go straight
 // from the root's buffer into the other rank's, and both ranks copy,
 // claiming pieces of sharePiece bytes from one counter: the receiver reads
 // each piece it claims out of the root's memory (process_vm_readv), the
@@ -32,9 +34,6 @@ import (
 // so that a rank that meets a different size (one rank here, the other in
 // the slot protocol, or both here) skips the root's steps the same way.
 
-// bcastSharedMin is the smallest broadcast moved by shared single copy.
-const bcastSharedMin = 1 << 20
-
 // Fields of the receiver's slot half of step s0 (the root's holds only
 // its buffer's address, at bsAddr).
 const (
@@ -45,9 +44,9 @@ const (
 )
 
 // useSharedBroadcast reports whether a broadcast of n bytes goes by shared
-// single copy.
+// single copy (algo.Table.ShmBroadcast).
 func (a *Arena) useSharedBroadcast(n int) bool {
-	return a.size == 2 && n >= bcastSharedMin && a.useDirect(n)
+	return a.table.ShmBroadcast(n, a.size, a.lay.direct, a.direct) == algo.ShmSharedCopy
 }
 
 func (a *Arena) broadcastShared(c *opCtx, buf []byte, root int) error {

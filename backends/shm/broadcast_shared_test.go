@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godist/godist/internal/testutil"
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -38,13 +39,16 @@ func broadcastAll(t *testing.T, arenas []*Arena, root int, sizes []int, data []b
 	return bufs, errs
 }
 
+// sharedMin is the default table's smallest broadcast by shared single copy.
+var sharedMin = algo.Default().ShmSharedBroadcastMin
+
 // TestSharedBroadcast: two ranks broadcast large buffers by shared single
 // copy, from either root, around the threshold and the piece size.
 func TestSharedBroadcast(t *testing.T) {
 	arenas := sharedPair(t)
-	for _, n := range []int{bcastSharedMin - 1, bcastSharedMin, bcastSharedMin + 7, 9*sharePiece - 3, 5<<20 + 3} {
+	for _, n := range []int{sharedMin - 1, sharedMin, sharedMin + 7, 9*sharePiece - 3, 5<<20 + 3} {
 		for root := 0; root < 2; root++ {
-			require.Equal(t, n >= bcastSharedMin, arenas[root].useSharedBroadcast(n))
+			require.Equal(t, n >= sharedMin, arenas[root].useSharedBroadcast(n))
 			data := randBytes(n, uint64(n+root))
 			bufs, errs := broadcastAll(t, arenas, root, []int{n, n}, data)
 			requireAllOK(t, errs, fmt.Sprintf("n=%d root=%d", n, root))
@@ -94,8 +98,8 @@ func TestSharedBroadcastWriteRefused(t *testing.T) {
 // its size, the receiver gets ErrSizeMismatch, the root no error, and the
 // next collectives run.
 func TestSharedBroadcastSizeMismatch(t *testing.T) {
-	big := bcastSharedMin + 3*sharePiece
-	for _, sz := range [][2]int{{big, big + 8}, {big, 4096}, {4096, big}, {big, bcastSharedMin - 1}} {
+	big := sharedMin + 3*sharePiece
+	for _, sz := range [][2]int{{big, big + 8}, {big, 4096}, {4096, big}, {big, sharedMin - 1}} {
 		t.Run(fmt.Sprintf("root%d_other%d", sz[0], sz[1]), func(t *testing.T) {
 			arenas := sharedPair(t)
 			_, errs := broadcastAll(t, arenas, 0, sz[:], randBytes(sz[0], 1))

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/godist/godist/libgodist/algo"
 )
 
 // Mode says which rank creates the arena file.
@@ -33,18 +35,6 @@ var (
 	// it.
 	DefaultChunkSize = 256 << 10
 )
-
-// DefaultOneShotMax is the largest all-reduce done one-shot (every rank
-// reduces every slot) for a group of size local ranks; larger ones are
-// two-shot (each rank reduces 1/size of each chunk). One-shot reads
-// size*n bytes per rank against two-shot's ~3n and two more
-// synchronizations, so the crossover falls roughly with size squared
-// (measured on a 2-core VM: ~64 KiB at 2 ranks, ~16 KiB at 4, below
-// 16 KiB at 8).
-func DefaultOneShotMax(size int) int {
-	size = max(size, 1)
-	return min(max(256<<10/(size*size), 8<<10), 64<<10)
-}
 
 // DefaultRingSize is the capacity of each point-to-point ring (one per
 // ordered pair of ranks) for a group of size local ranks: a power of two
@@ -88,16 +78,21 @@ type Config struct {
 	// DefaultChunkSize.
 	ChunkSize int
 	// OneShotMax is the largest all-reduce in bytes done one-shot; 0 means
-	// DefaultOneShotMax(Size), a negative value disables one-shot. It is
-	// capped at ChunkSize.
+	// algo.ShmOneShotDefault(Size), a negative value disables one-shot. It
+	// is capped at ChunkSize.
 	OneShotMax int
 	// RingSize is the capacity in bytes of each point-to-point ring (a
 	// multiple of 64, at least 256); 0 means DefaultRingSize(Size).
 	RingSize int
 	// DirectMin is the smallest block in bytes that AllToAll moves by
 	// single copy when the ranks can read each other's memory (direct.go);
-	// 0 means DefaultDirectMin, a negative value disables single copy.
+	// 0 means algo.Default()'s ShmDirectMin, a negative value disables
+	// single copy.
 	DirectMin int
+	// Table is the sizes the arena chooses its algorithms by beyond the
+	// layout's (libgodist/algo; nil: algo.Default()). Every rank of the
+	// arena must pass the same values.
+	Table *algo.Table
 	// Wait overrides the wait policy; nil means DefaultWaitPolicy(Size).
 	// It is local to this rank.
 	Wait *WaitPolicy
@@ -164,7 +159,7 @@ func (c *Config) params() params {
 	}
 	switch {
 	case p.oneShot == 0:
-		p.oneShot = DefaultOneShotMax(c.Size)
+		p.oneShot = algo.ShmOneShotDefault(c.Size)
 	case p.oneShot < 0:
 		p.oneShot = -1
 	}
@@ -174,7 +169,8 @@ func (c *Config) params() params {
 	}
 	switch {
 	case p.direct == 0:
-		p.direct = DefaultDirectMin
+		def := algo.Default()
+		p.direct = def.ShmDirect()
 	case p.direct < 0:
 		p.direct = -1
 	}

@@ -32,11 +32,6 @@ import (
 // such as Yama's ptrace_scope >= 1, or a seccomp filter makes the reads
 // fail; the collectives then use the slots.)
 
-// DefaultDirectMin is the default of Config.DirectMin: the smallest block
-// (bytes) a collective moves by single copy when the ranks can read each
-// other (the single-copy threshold of point-to-point messages too).
-const DefaultDirectMin = cmaMin
-
 // directPiece is the most one process_vm_readv call copies: large calls
 // pin many pages at once and run slower than a sequence of small ones.
 const directPiece = 1 << 20
@@ -100,12 +95,6 @@ func (a *Arena) probeDirect(ctx context.Context) error {
 // Direct reports whether large collectives copy straight out of the peers'
 // memory (every local rank could read every other's at Open).
 func (a *Arena) Direct() bool { return a.direct }
-
-// useDirect reports whether a collective whose largest block is n bytes
-// goes by single copy. Callers pass values every rank shares.
-func (a *Arena) useDirect(n int) bool {
-	return a.direct && a.size > 1 && a.lay.direct >= 0 && n >= a.lay.direct
-}
 
 // addrOf is the address of b's first byte, 0 for an empty b.
 func addrOf(b []byte) uint64 {

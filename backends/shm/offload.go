@@ -50,6 +50,7 @@ func (e *earlyArena) take() (*Created, error) {
 var (
 	_ backend.HostOffloader = (*Offloader)(nil)
 	_ backend.Offload       = (*Arena)(nil)
+	_ backend.Described     = (*Arena)(nil)
 )
 
 // NewOffloader returns the shared-memory offloader.
@@ -84,6 +85,8 @@ func (o *Offloader) Describe(rec *wire.PeerRecord) {
 		o.early = e
 		go func() {
 			defer close(e.done)
+			// with the default table's limits: Join discards it if the
+			// group's table differs
 			e.created, e.err = Create(Config{Name: e.name, Rank: 0, Size: int(rec.WorldSize), Mode: ModeCreate})
 		}()
 	}
@@ -146,9 +149,14 @@ func (o *Offloader) Join(ctx context.Context, s *backend.Setup, tr transport.Tra
 	name := arenaName(s.Session, s.Group)
 	var created *Created
 	if s.Rank == 0 {
+		cfg := o.config(s, all, name)
 		c, cerr, early := o.takeEarly(name)
+		if early && c != nil && !c.fits(cfg) {
+			c.Discard()
+			c, early = nil, false
+		}
 		if use && !early {
-			c, cerr = Create(o.config(s, all, name))
+			c, cerr = Create(cfg)
 		}
 		if cerr != nil && use {
 			o.warnOpen(s, cerr)
@@ -213,7 +221,9 @@ func (o *Offloader) config(s *backend.Setup, ranks []int, name string) Config {
 	if me == 0 {
 		mode = ModeCreate
 	}
-	cfg := Config{Name: name, Rank: me, Size: len(ranks), Mode: mode}
+	t := s.Algorithms()
+	cfg := Config{Name: name, Rank: me, Size: len(ranks), Mode: mode, OneShotMax: t.ShmOneShot(len(ranks)),
+		DirectMin: t.ShmDirect(), Table: &t}
 	if len(ranks) != s.Size {
 		cfg.GlobalRanks = ranks
 	}
@@ -316,3 +326,9 @@ func arenaName(session uint64, group string) string {
 
 // Name is "shm".
 func (a *Arena) Name() string { return "shm" }
+
+// Algorithms names the algorithms the arena's collectives take
+// (backend.Described).
+func (a *Arena) Algorithms() string {
+	return a.table.DescribeShm(a.size, a.lay.oneShot, a.lay.direct, a.direct)
+}

@@ -104,6 +104,13 @@ type Offload interface {
 	Close() error
 }
 
+// Described is an Offload that names the algorithms its collectives take
+// (algo's Describe functions), for the group's INFO line and
+// godist.topology().
+type Described interface {
+	Algorithms() string
+}
+
 // Reduction is the element type and combining op of a reduction as a
 // TypedOffload gets it: AVG and PREMUL_SUM arrive as SUM (the engine
 // scales before and after).

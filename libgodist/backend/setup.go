@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/wire"
 )
 
@@ -17,6 +18,18 @@ type Setup struct {
 	// true. Every rank must call it the same number of times, in the same
 	// order. Set by the engine once the fabric is connected.
 	Agree func(ctx context.Context, ok bool) (bool, error)
+	// Table is the group's algorithm sizes (libgodist/algo), the same on
+	// every rank; an offload chooses its algorithms by it. Nil means
+	// algo.Default().
+	Table *algo.Table
+}
+
+// Algorithms is the group's algo.Table (algo.Default() when none is set).
+func (s *Setup) Algorithms() algo.Table {
+	if s.Table == nil {
+		return algo.Default()
+	}
+	return *s.Table
 }
 
 // Me is this rank's record.

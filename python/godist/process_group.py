@@ -331,18 +331,22 @@ def group_of(group) -> Group:
 
 
 def topology(group: dist.ProcessGroup | None = None) -> dict:
-    """Where the ranks of ``group`` (default: the world) run and how this
-    rank reaches each: ``{"hosts": [[0, 1], [2, 3]], "offload": "shm+tcp",
-    "via": ["self", "shm", "tcp", "tcp"]}``. ``hosts`` lists the ranks by
-    host; ``offload`` names what carries the collectives (``"shm"``: every
-    rank on one host; ``"shm+tcp"``: shared memory inside each host, TCP
-    between; ``""``: the transport alone); ``via[r]`` is ``"self"``,
-    ``"shm"``, ``"tcp"`` or ``"mpi"``."""
+    """Where the ranks of ``group`` (default: the world) run, how this rank
+    reaches each and which algorithms its collectives take: ``{"hosts":
+    [[0, 1], [2, 3]], "offload": "shm+tcp", "via": ["self", "shm", "tcp",
+    "tcp"], "algorithms": "all_reduce and broadcast: ..."}``. ``hosts``
+    lists the ranks by host; ``offload`` names what carries the collectives
+    (``"shm"``: every rank on one host; ``"shm+tcp"``: shared memory inside
+    each host, TCP between; ``""``: the transport alone); ``via[r]`` is
+    ``"self"``, ``"shm"``, ``"tcp"`` or ``"mpi"``; ``algorithms`` says, by
+    op and size, what runs (the choices of libgodist/algo; ``""`` for a
+    group of one)."""
     g = group_of(group)
     if g._closed:
         raise ValueError("the group is closed")
     state = json.loads(_lib.read_bytes(_lib.load().pg_state, g._h, size=1 << 14))
-    return {"hosts": state["hosts"], "offload": state["offload"], "via": state["via"]}
+    return {"hosts": state["hosts"], "offload": state["offload"], "via": state["via"],
+            "algorithms": state.get("algorithms", "")}
 
 
 def dump_state(group: dist.ProcessGroup | None = None) -> list[dict]:

@@ -209,6 +209,9 @@ def test_topology_shares_memory_only_inside_hosts(name, tmp_path_factory):
         t, me = r["topology"], r["rank"]
         assert t["hosts"] == want_hosts, t
         assert t["offload"] == ("shm+tcp" if max(layout) > 1 else ""), t
+        want_algos = ("all_reduce and broadcast: through the hosts' lowest ranks" if max(layout) > 1
+                      else "all_reduce: recursive doubling up to 64 KiB")
+        assert t["algorithms"].startswith(want_algos), t
         want_via = ["self" if j == me else "shm" if hosts[j] == hosts[me] else "tcp" for j in range(len(hosts))]
         assert t["via"] == want_via, (me, t)
 

@@ -38,6 +38,8 @@ def _capture():
 def info_worker(rank, n, init_file):
     from godist import _log
 
+    import godist
+
     h = _capture()
     init(rank, n, init_file, gloo_group=False)
     t = torch.ones(3)
@@ -45,24 +47,28 @@ def info_worker(rank, n, init_file):
     sub = dist.new_group(list(range(n)), backend="godist")
     dist.all_reduce(t, group=sub)
     dist.barrier()
+    algorithms = godist.topology()["algorithms"]
     _log.flush()
     dist.destroy_process_group()
-    return h.records, len(os.sched_getaffinity(0))
+    return h.records, len(os.sched_getaffinity(0)), algorithms
 
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_info_line_per_group(n):
     """At INFO, each group logs one line when it connects: its ranks, hosts,
-    how peers are reached and how long the rendezvous took; every message
-    names the rank. DEBUG traces stay off."""
+    how peers are reached, the algorithms its collectives take (as
+    godist.topology() names them) and how long the rendezvous took; every
+    message names the rank. DEBUG traces stay off."""
     results = run_world(info_worker, n, env={"GODIST_LOG_LEVEL": "INFO"}, timeout=120)
-    for rank, (recs, cpus) in enumerate(results):
+    one_shot = {2: "64 KiB", 3: "28.4 KiB"}[n]
+    for rank, (recs, cpus, algorithms) in enumerate(results):
+        assert algorithms.startswith(f"all_reduce: one-shot up to {one_shot}, two-shot above; broadcast: "), algorithms
         lines = [m for lvl, m in recs if lvl == logging.INFO and "rendezvous" in m]
         assert len(lines) == 2, recs
         for m in lines:
             assert m.startswith(f"[rank {rank}] godist: group "), m
             assert f"rank {rank} of {n}: {n} ranks on 1 host" in m, m
-            assert "collectives over shm" in m, m
+            assert "collectives over shm" in m and f"; {algorithms}; rendezvous" in m, m
         assert not [m for lvl, m in recs if lvl == logging.DEBUG], recs
         oversub = [m for lvl, m in recs if lvl == logging.WARNING and "CPUs" in m]
         assert len(oversub) == (1 if n > cpus else 0), recs
