@@ -51,7 +51,7 @@ lib: deps
 # with the shims stays manylinux) and resolve against the MPI library that
 # the loader (backends/mpi/lib.go) opens RTLD_GLOBAL before the shim.
 # setup.py builds them the same way.
-MPI_SHIM_SRC := backends/mpi/shim/godist_mpi.c backends/mpi/shim/godist_mpi.h
+MPI_SHIM_SRC := backends/mpi/shim/godist_mpi.c backends/mpi/shim/godist_mpi.h backends/mpi/shim/godist_mpi_reduce.h
 MPI_SHIM_CFLAGS := -shared -fPIC -O2
 mpi_compile_flags = $(filter -I% -D% -pthread,$(shell $(1) 2>/dev/null))
 MPI_SHIMS := $(if $(shell command -v mpicc.openmpi 2>/dev/null),python/godist/mpi/libgodist_mpi_openmpi.so) \
