@@ -65,9 +65,6 @@ type Arena struct {
 	// direct: every local rank can read every other's memory, so large
 	// collectives copy straight out of it (direct.go). Fixed after Open.
 	direct bool
-	// table chooses the algorithms beyond the layout's limits
-	// (libgodist/algo); fixed at Open.
-	table algo.Table
 	// sameProc is the number of local ranks in this process (more than one
 	// in tests and benchmarks, where waiters may have to yield to the Go
 	// scheduler too). Fixed after Open.
@@ -75,6 +72,10 @@ type Arena struct {
 
 	p2p p2pState
 	spr spreadState
+
+	// table chooses the algorithms beyond the layout's limits
+	// (libgodist/algo); fixed at Open.
+	table algo.Table
 }
 
 // proc is what a rank knows about a peer's process.
