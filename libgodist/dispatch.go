@@ -51,7 +51,7 @@ func allReduceRun(c *comm, buf []byte, s reduceSpec) error {
 		}
 	}
 	if c.offload != nil {
-		if done, err := offloaded(c.offload.AllReduce(c.ctx, buf, s.dt.Size(), s.combine3)); done {
+		if done, err := offloaded(c.offload.AllReduce(c.ctx, buf, s.dt.Size(), s.combiner())); done {
 			return err
 		}
 	}
@@ -119,7 +119,7 @@ func reduceScatter(c *comm, ins [][]byte, out []byte, s reduceSpec) error {
 	}
 	if c.offload != nil && !done {
 		var err error
-		if done, err = offloaded(c.offload.ReduceScatter(c.ctx, ins, out, s.dt.Size(), s.combine3)); err != nil {
+		if done, err = offloaded(c.offload.ReduceScatter(c.ctx, ins, out, s.dt.Size(), s.combiner())); err != nil {
 			return err
 		}
 	}

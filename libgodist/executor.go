@@ -54,12 +54,13 @@ func (pg *ProcessGroup) submit(op string, o Opts, call transport.Call, run func(
 		timeout = pg.Timeout()
 	}
 	seq := pg.seq.Add(1)
-	w := newWork(op, seq)
+	t := &task{work: Work{Op: op, Seq: seq, source: -1}, timeout: timeout, run: run, call: call, detail: o.Detail}
+	w := &t.work
+	t.w = w
 	if err := pg.usable(); err != nil && !pg.desyncPending() {
 		w.finish(err, -1)
 		return w
 	}
-	t := &task{w: w, timeout: timeout, run: run, call: call, detail: o.Detail}
 	t.call.Seq, t.call.Rank = seq, pg.cfg.Rank
 	if o.Detail != "" {
 		t.call.Detail = detailHash(o.Detail)
@@ -244,8 +245,8 @@ func (pg *ProcessGroup) runTask(t *task) {
 	if de := pg.track(t); de != nil {
 		err = &transport.PeerError{Op: "recv", Peer: de.Peer, Err: de}
 	} else {
-		c := &comm{tr: pg.tr, offload: pg.offload, tune: &pg.tune, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare, allSpare: pg.allSpare}
-		err = safeRun(t.run, c)
+		t.comm = comm{tr: pg.tr, offload: pg.offload, tune: &pg.tune, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare, allSpare: pg.allSpare}
+		err = safeRun(t.run, &t.comm)
 		if err == nil {
 			// A peer that gave up on this collective may have sent its
 			// contribution first: fail as it did (agree.go).

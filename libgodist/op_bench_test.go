@@ -9,6 +9,28 @@ import (
 	"github.com/godist/godist/libgodist/reduce"
 )
 
+// TestInlineAllReduceAllocs: a synchronous all-reduce allocates its task
+// (with its Work, context and comm) and its closure, nothing more; an
+// offload's combine function is a shared one (reduce.Combiner).
+func TestInlineAllReduceAllocs(t *testing.T) {
+	pgs, _ := group(t, 1, time.Minute)
+	buf := make([]byte, 8)
+	a := ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}
+	allocs := testing.AllocsPerRun(1000, func() {
+		w, err := pgs[0].AllReduce(buf, a, Opts{Inline: true})
+		if err != nil || w.Err() != nil {
+			t.Fatal(err, w.Err())
+		}
+	})
+	if allocs > 2 {
+		t.Fatalf("%v allocations per all-reduce, want at most 2", allocs)
+	}
+	s := reduceSpec{dt: reduce.BFloat16, op: reduce.Max}
+	if n := testing.AllocsPerRun(100, func() { _ = s.combiner() }); n != 0 {
+		t.Fatalf("combiner allocates %v times", n)
+	}
+}
+
 // BenchmarkInlineAllReduce measures the engine's cost of one synchronous
 // all-reduce on a group of one (no communication): argument checks, the
 // executor, the deadline and the Work.

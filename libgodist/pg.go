@@ -86,7 +86,8 @@ type ProcessGroup struct {
 }
 
 type task struct {
-	w       *Work
+	w       *Work // &work for collectives: one allocation for both
+	work    Work
 	timeout time.Duration
 	run     func(c *comm) error
 	at      time.Time // submission of a deferrable op (executor.runQueued)
@@ -94,6 +95,7 @@ type task struct {
 	call    transport.Call // the op's fingerprint, in its context (transport.CallOf)
 	detail  string         // the caller's description of its tensors (Opts.Detail)
 	ctx     opContext      // set up before the task is stored in pg.running
+	comm    comm           // what the op's algorithm runs on (runTask)
 	// progress is the query of the peers' progress started as the deadline
 	// neared (progress.go), if one was.
 	progress atomic.Pointer[progress]

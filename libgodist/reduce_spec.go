@@ -46,6 +46,10 @@ func (s reduceSpec) combine(dst, src []byte) error { return reduce.Combine(s.op,
 // combine3 sets dst = a (op) b (the shape of backend.Combine).
 func (s reduceSpec) combine3(dst, a, b []byte) error { return reduce.Combine3(s.op, s.dt, dst, a, b) }
 
+// combiner is combine3 as a function value for an offload; unlike the
+// method value s.combine3 it allocates nothing.
+func (s reduceSpec) combiner() backend.Combine { return reduce.Combiner(s.op, s.dt) }
+
 // reduction is the spec as a TypedOffload takes it: AVG and PREMUL_SUM
 // combine as SUM (pre and post scale).
 func (s reduceSpec) reduction() backend.Reduction {

@@ -95,6 +95,26 @@ func Combine3(op Op, dt DType, dst, a, b []byte) error {
 	return nil
 }
 
+// combiners holds Combine3 bound to each op and dtype, made once, so that
+// a caller handing a combine function on per op allocates nothing.
+var combiners = func() (t [numOps][numDTypes]func(dst, a, b []byte) error) {
+	for op := Op(0); op < numOps; op++ {
+		for dt := DType(0); dt < numDTypes; dt++ {
+			t[op][dt] = func(dst, a, b []byte) error { return Combine3(op, dt, dst, a, b) }
+		}
+	}
+	return t
+}()
+
+// Combiner returns Combine3 bound to op and dt. For a known op and dtype it
+// returns the same function every time and does not allocate.
+func Combiner(op Op, dt DType) func(dst, a, b []byte) error {
+	if op < numOps && dt < numDTypes {
+		return combiners[op][dt]
+	}
+	return func(dst, a, b []byte) error { return Combine3(op, dt, dst, a, b) }
+}
+
 // partialOverlap reports whether the non-empty slices x and y share memory
 // without starting at the same address.
 func partialOverlap(x, y []byte) bool {

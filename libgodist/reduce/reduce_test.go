@@ -531,3 +531,17 @@ func FuzzCombine(f *testing.F) {
 		}
 	})
 }
+
+func TestCombiner(t *testing.T) {
+	a, b := []byte{1, 2, 3, 4}, []byte{5, 6, 7, 8}
+	for op := Op(0); op < numOps; op++ {
+		for dt := DType(0); dt < numDTypes; dt++ {
+			f := Combiner(op, dt)
+			dst, want := make([]byte, 4), make([]byte, 4)
+			require.Equal(t, Combine3(op, dt, want, a, b), f(dst, a, b), "%s %s", op, dt)
+			require.Equal(t, want, dst, "%s %s", op, dt)
+			require.Zero(t, testing.AllocsPerRun(10, func() { _ = Combiner(op, dt) }))
+		}
+	}
+	require.Equal(t, Combine3(Op(99), Float32, a, a, b), Combiner(Op(99), Float32)(a, a, b), "an unknown op")
+}
