@@ -214,7 +214,7 @@ func (pg *ProcessGroup) runTask(t *task) {
 	pg.entered.Store(t.w.Seq)
 	t.started = time.Now()
 	ctx := &t.ctx
-	ctx.init(pg.ctx, t.timeout)
+	ctx.init(pg.ctx, t.started, t.timeout)
 	ctx.task = t
 	if pg.cfg.Size > 1 {
 		ctx.watch(pg, queryShare(t.timeout))

@@ -46,14 +46,14 @@ type innerCtx struct {
 
 func newOpContext(parent context.Context, timeout time.Duration) *opContext {
 	c := &opContext{}
-	c.init(parent, timeout)
+	c.init(parent, time.Now(), timeout)
 	return c
 }
 
 // init sets up a zero opContext (one embedded in a task, which saves an
-// allocation per collective).
-func (c *opContext) init(parent context.Context, timeout time.Duration) {
-	c.parent, c.deadline = parent, time.Now().Add(timeout)
+// allocation per collective) whose deadline is timeout after now.
+func (c *opContext) init(parent context.Context, now time.Time, timeout time.Duration) {
+	c.parent, c.deadline = parent, now.Add(timeout)
 }
 
 // watch makes the context warn pg, share before its deadline, that t's
