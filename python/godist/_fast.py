@@ -109,9 +109,11 @@ def _call(fn, pg, t, timeout_ms, flags, root=0, peer=0, tag=0, dt=-1):
     return fn(addr), blk.work, eb
 
 
-def allreduce(pg, tensors, opts):
+def allreduce(pg, tensors, opts, synced=None):
     """all_reduce of one tensor with a reduce op other than PREMUL_SUM,
-    written out in full: the smallest and most frequent op."""
+    written out in full: the smallest and most frequent op. A synchronous
+    op that completed returns ``synced`` when it is given (a caller that
+    needs no Work), else a completed Work."""
     if _HAS_ASYNC_FLAG and opts is not None and not _lib._forked and not _profiling() and type(tensors) is list \
             and len(tensors) == 1 and not pg._detail:
         t = tensors[0]
@@ -128,6 +130,8 @@ def allreduce(pg, tensors, opts):
             rc = pg._raw_allreduce(addr)
             if not flags:
                 if rc == _OK and not blk.work and pg._coalesced is None:
+                    if synced is not None:
+                        return synced
                     w = _Done()  # finish_sync's success, inline
                     w._op, w._outputs = "allreduce", tensors
                     return w

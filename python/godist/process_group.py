@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import inspect
 import logging
+from sys import _getframe
 
 import torch
 import torch.distributed as dist
@@ -38,6 +40,10 @@ from .backend import GodistBackend
 _C = torch._C._distributed_c10d
 _PG = dist.ProcessGroup
 _ARO = _C.AllreduceOptions
+# The code of torch's dist.all_reduce, which accepts None from a backend
+# that completed a synchronous op ("the backend has sync'ed at CPP level").
+_DIST_ALL_REDUCE = inspect.unwrap(dist.distributed_c10d.all_reduce).__code__
+_SYNCED = object()
 _CUSTOM = dist.ProcessGroup.BackendType.CUSTOM
 
 
@@ -174,7 +180,14 @@ class GodistProcessGroup(OnGroup, _PG):
     def allreduce(self, tensors, opts=None, op=None, timeout=None):
         g = self._fast_g
         if g is not None and type(opts) is _ARO:
-            w = _fast.allreduce(g, tensors, opts)
+            # torch's dist.all_reduce takes None for a synchronous op the
+            # backend completed (it then skips Work.wait): no Work to make.
+            if _getframe(1).f_code is _DIST_ALL_REDUCE:
+                w = _fast.allreduce(g, tensors, opts, _SYNCED)
+                if w is _SYNCED:
+                    return None
+            else:
+                w = _fast.allreduce(g, tensors, opts)
             return w if w is not None else g._allreduce(tensors, opts)
         if type(opts) is not _ARO:
             tensors, opts = _forms.allreduce(tensors, opts, op, timeout)

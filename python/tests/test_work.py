@@ -189,6 +189,34 @@ def fast_path_worker(rank, n, init_file):
             assert w.is_completed() and w.is_success() and w.exception() is None and w.wait()
             assert w.result()[0] is t and w.get_future().value()[0] is t
             assert torch.equal(t, torch.full((3,), expect)), (op, t)
+        # The group itself: a completed Work for a direct call; none made for
+        # torch's dist.all_reduce, which takes None from a backend that
+        # completed a synchronous op.
+        from godist import _fast
+
+        made = []
+
+        class Counting(_fast._Done):
+            def __init__(self):
+                made.append(1)
+                super().__init__()
+
+        done, _fast._Done = _fast._Done, Counting
+        try:
+            pg = dist.distributed_c10d._get_default_group()
+            opts = dist.AllreduceOptions()
+            opts.asyncOp = False
+            t = torch.full((3,), float(rank + 1))
+            w = pg.allreduce([t], opts)
+            assert w is not None and w.is_completed() and w.wait() and w.result()[0] is t
+            assert torch.equal(t, torch.full((3,), want)) and len(made) == 1, (t, made)
+            for _ in range(5):
+                t = torch.full((3,), float(rank + 1))
+                assert dist.all_reduce(t) is None
+                assert torch.equal(t, torch.full((3,), want)), t
+            assert len(made) == 1, made
+        finally:
+            _fast._Done = done
     # non-contiguous tensors and empty ones
     t = torch.full((4, 6), float(rank + 1)).t()
     dist.all_reduce(t)
