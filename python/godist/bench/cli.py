@@ -228,11 +228,7 @@ def main(argv=None) -> int:
                   f"ops {', '.join(cfg.ops)}; sizes {', '.join(human_bytes(s) for s in cfg.sizes)}; "
                   f"repeats {cfg.repeats}; block target {cfg.target_s * 1e3:g} ms; {total - n_scenarios} cells"
                   + (f" and {n_scenarios} scenario runs" if n_scenarios else ""))
-    if a.note:
-        header.append(f"note:    {a.note}")
-    if m["nproc"] and os.getloadavg()[0] > m["nproc"]:
-        header.append(f"WARNING: loadavg {os.getloadavg()[0]:.2f} > nproc {m['nproc']}: the machine is busy, "
-                      "timings are noisy")
+    results.header_end(header, a.note, m["nproc"])
     progress.message("\n".join(header))
 
     rows, errors, setup = [], [], {}

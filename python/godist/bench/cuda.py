@@ -165,8 +165,7 @@ def main(a, parser, argv=None) -> int:
                   f"{cfg.repeats}; block target {cfg.target_s * 1e3:g} ms; CPU time per op over the first "
                   f"{cfg.issue_ops} ops of a block, compared up to {human_bytes(cfg.issue_max_bytes)}; "
                   f"{total - n_scenarios} cells" + (f" and {n_scenarios} scenario runs" if n_scenarios else ""))
-    if a.note:
-        header.append(f"note:    {a.note}")
+    results.header_end(header, a.note, m["nproc"])
     progress.message("\n".join(header))
 
     rows, errors, setup = [], [], {}

@@ -251,11 +251,7 @@ def main(a, parser, argv=None) -> int:
         f"{', '.join(human_bytes(s) for s in cfg.sizes)}; repeats {cfg.repeats}; block target "
         f"{cfg.target_s * 1e3:g} ms; scenarios {', '.join(cfg.scenarios) or 'none'}",
     ]
-    if a.note:
-        header.append(f"note:    {a.note}")
-    if m["nproc"] and os.getloadavg()[0] > m["nproc"]:
-        header.append(f"WARNING: loadavg {os.getloadavg()[0]:.2f} > nproc {m['nproc']}: the machine is busy, "
-                      "timings are noisy")
+    results.header_end(header, a.note, m["nproc"])
     print("\n".join(header), file=sys.stderr, flush=True)
     rows, errors, per_rate = [], [], {}
     with tempfile.TemporaryDirectory(prefix="godist-bench-hosts-") as tmp:

@@ -21,7 +21,6 @@ the data is in their socket buffers, long before the other host has it.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 

@@ -94,7 +94,7 @@ class MpiRankBench(RankBench):
                 f"MPI:     {self.mpi_text}",
                 f"ranks:   {size} ({local} on this host, {cores} cores available here)" + (
                     f"; ranks outnumber cores: MPI's busy polling takes cores the other ranks need, timings of "
-                    f"the MPI column are pessimistic" if self.oversubscribed else "; ranks do not outnumber cores"),
+                    "the MPI column are pessimistic" if self.oversubscribed else "; ranks do not outnumber cores"),
                 *(f"group:   {k}: {s}" for k, s in self.group_status.items()),
                 "env:     " + ", ".join(f"{k}={os.environ[k]}" for k in
                                         ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "GODIST_TRANSPORT")

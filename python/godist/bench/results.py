@@ -114,6 +114,17 @@ def write_files(rows, meta, out_dir, columns, draw, want_plot=True, write_data=T
     return paths, png
 
 
+def header_end(header: list, note: str | None, nproc) -> list:
+    """Adds the run's note and, when the load average exceeds the CPUs, a
+    warning that timings are noisy: the last lines of every mode's header."""
+    if note:
+        header.append(f"note:    {note}")
+    load = os.getloadavg()[0]
+    if nproc and load > nproc:
+        header.append(f"WARNING: loadavg {load:.2f} > nproc {nproc}: the machine is busy, timings are noisy")
+    return header
+
+
 def outcome(rows, errors=()):
     """(rows with wrong results, rows whose op failed, exit code) of a run:
     1 when a rank failed (errors), a result was wrong or an op failed."""
