@@ -93,7 +93,7 @@ class MpiRankBench(RankBench):
             self.header = machine.header_lines(m) + [
                 f"MPI:     {self.mpi_text}",
                 f"ranks:   {size} ({local} on this host, {cores} cores available here)" + (
-                    f"; ranks outnumber cores: MPI's busy polling takes cores the other ranks need, timings of "
+                    "; ranks outnumber cores: MPI's busy polling takes cores the other ranks need, timings of "
                     "the MPI column are pessimistic" if self.oversubscribed else "; ranks do not outnumber cores"),
                 *(f"group:   {k}: {s}" for k, s in self.group_status.items()),
                 "env:     " + ", ".join(f"{k}={os.environ[k]}" for k in
