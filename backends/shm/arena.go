@@ -167,14 +167,9 @@ func (c *Created) Open(ctx context.Context) (*Arena, error) {
 }
 
 // fits reports whether the arena was created with cfg's layout limits, so
-// that a rank configured with cfg could open it as its creator, and takes
-// cfg's Table.
+// that a rank configured with cfg could open it as its creator.
 func (c *Created) fits(cfg Config) bool {
-	if cfg.normalize() != nil || cfg.params() != c.p {
-		return false
-	}
-	c.cfg.Table = cfg.Table
-	return true
+	return cfg.normalize() == nil && cfg.params() == c.p
 }
 
 // Discard removes and unmaps an arena that will not be opened.

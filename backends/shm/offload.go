@@ -151,9 +151,13 @@ func (o *Offloader) Join(ctx context.Context, s *backend.Setup, tr transport.Tra
 	if s.Rank == 0 {
 		cfg := o.config(s, all, name)
 		c, cerr, early := o.takeEarly(name)
-		if early && c != nil && !c.fits(cfg) {
-			c.Discard()
-			c, early = nil, false
+		if early && c != nil {
+			if c.fits(cfg) {
+				c.cfg.Table = cfg.Table // the group's choices beyond the layout
+			} else {
+				c.Discard()
+				c, early = nil, false
+			}
 		}
 		if use && !early {
 			c, cerr = Create(cfg)
