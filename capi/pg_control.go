@@ -6,7 +6,9 @@ package main
 import "C"
 
 import (
+	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/godist/godist/libgodist"
 )
@@ -43,5 +45,33 @@ func godist_pg_error(h C.uint64_t, status *C.int32_t, errbuf *C.char, errlen C.i
 	if broken != nil {
 		writeErr(errbuf, errlen, code, broken, broken.Error())
 	}
+	return statusOK
+}
+
+// godist_pg_split forms the child group of the n ranks at ranks (this
+// group's ranks in the child's order, this rank among them) on this
+// group's connections, without a rendezvous; every rank of this group
+// calls it in the same order, each with its own child's ranks. The child's
+// handle goes into *out.
+//
+//export godist_pg_split
+func godist_pg_split(h C.uint64_t, ranks *C.int32_t, n C.int32_t, group *C.char, timeoutMs C.int64_t, out *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := lookup[*libgodist.ProcessGroup](uint64(h))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	if out == nil || (ranks == nil && n > 0) || n < 1 {
+		return finish(fmt.Errorf("%w: godist_pg_split: %d ranks at %p, out %p", libgodist.ErrInvalid, n, ranks, out), errbuf, errlen)
+	}
+	rs := make([]int, int(n))
+	for i, r := range unsafe.Slice((*int32)(unsafe.Pointer(ranks)), int(n)) {
+		rs[i] = int(r)
+	}
+	child, err := pg.Split(rs, goString(group), millis(timeoutMs))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	*out = C.uint64_t(handles.put(child))
 	return statusOK
 }

@@ -83,6 +83,9 @@ type ProcessGroup struct {
 	telling   sync.WaitGroup // desync and give-up notices being sent (desync.go, agree.go)
 	// abandoned is the first collective a peer gave up on (agree.go).
 	abandoned atomic.Pointer[giveUp]
+
+	fam *family       // the groups sharing these connections (split.go); guarded by mu
+	sub *subTransport // a split child's transport; nil for a group with connections of its own
 }
 
 type task struct {
@@ -346,12 +349,35 @@ func (pg *ProcessGroup) shutdown(abortErr error) {
 		if tr != nil {
 			pg.exec.waitIdle()
 			<-pg.ctlDone
+			var closeAll func()
 			if abortErr == nil {
-				if off != nil {
-					_ = off.Close()
+				closeAll = func() {
+					if off != nil {
+						_ = off.Close()
+					}
+					_ = tr.Close()
 				}
-				_ = tr.Close()
 			}
+			pg.leaveFamily(closeAll)
 		}
 	})
+}
+
+// leaveFamily runs closeAll (the graceful close of the group's transport
+// and offload; nil after an abort), except that a group whose connections
+// serve groups split from it keeps them open until the last has closed.
+func (pg *ProcessGroup) leaveFamily(closeAll func()) {
+	pg.mu.Lock()
+	f := pg.fam
+	pg.mu.Unlock()
+	if f == nil || pg.sub != nil {
+		if closeAll != nil {
+			closeAll()
+		}
+		if f != nil {
+			f.release(nil)
+		}
+		return
+	}
+	f.release(closeAll)
 }

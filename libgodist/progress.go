@@ -208,7 +208,7 @@ func (pg *ProcessGroup) answer(peer int, id uint64) {
 // running another collective than call at seq, if any.
 func (pg *ProcessGroup) missingRanks(seq uint64, call *transport.Call, wait time.Duration) (missing, silent []int, de *transport.DesyncError) {
 	n, me := pg.cfg.Size, pg.cfg.Rank
-	id := uint64(me+1)<<40 | pg.queries.Add(1)
+	id := uint64(me+1)<<24 | pg.queries.Add(1)&(1<<24-1) // above the fixed control tags; fits a child group's tags
 	ctx, cancel := context.WithTimeout(pg.ctx, wait)
 	defer cancel()
 	deadline, _ := ctx.Deadline()

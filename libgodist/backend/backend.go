@@ -104,6 +104,15 @@ type Offload interface {
 	Close() error
 }
 
+// Splitter is an Offload that can open one for a group split from its
+// group, without a rendezvous: every rank of the child calls Split with the
+// same ChildSetup but its own Rank. It returns a nil Offload, agreed by every
+// rank of the child through c.Agree, when it cannot serve the child (the
+// child then runs the engine's algorithms).
+type Splitter interface {
+	Split(ctx context.Context, c ChildSetup) (Offload, error)
+}
+
 // Described is an Offload that names the algorithms its collectives take
 // (algo's Describe functions), for the group's INFO line and
 // godist.topology().

@@ -101,3 +101,16 @@ func (s *Setup) EveryHostFits() bool {
 	}
 	return len(s.Records) > 0
 }
+
+// ChildSetup is what an offload needs to serve a group split from its
+// group (Splitter): the child's name and id, its ranks (the parent's
+// ranks, in the child's order) and this rank's place among them, its
+// table, and Agree over the child's ranks.
+type ChildSetup struct {
+	Name  string
+	ID    uint16 // the child's id among the groups sharing the parent's connections
+	Rank  int
+	Ranks []int
+	Table *algo.Table
+	Agree func(ctx context.Context, ok bool) (bool, error)
+}

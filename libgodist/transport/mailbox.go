@@ -152,6 +152,9 @@ type Recv struct {
 	err   error
 	hook  func(*Recv)
 	fold  *Fold // fold the message into Buf (fold.go)
+	// ranks turns the transport's rank of the sender into the poster's
+	// (MapSource); nil: the same.
+	ranks []int
 }
 
 // Done is closed when the receive has completed (successfully or not).
@@ -161,7 +164,18 @@ func (r *Recv) Done() <-chan struct{} { return r.done }
 func (r *Recv) Err() error { return r.err }
 
 // Source is the rank the message came from; valid after a successful Wait.
-func (r *Recv) Source() int { return r.src }
+func (r *Recv) Source() int {
+	if r.ranks != nil && r.src >= 0 && r.src < len(r.ranks) {
+		return r.ranks[r.src]
+	}
+	return r.src
+}
+
+// MapSource makes Source answer ranks[src] for a message from the
+// transport's rank src: a transport that serves a child group over its
+// parent's posts the parent's receive and calls it before handing the
+// receive out.
+func (r *Recv) MapSource(ranks []int) { r.ranks = ranks }
 
 // OnDone registers f to be called exactly once when the receive completes,
 // on whichever goroutine completes it (or at once if it already has). f must

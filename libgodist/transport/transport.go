@@ -25,6 +25,7 @@ const (
 	kindP2P     = 2
 	kindControl = 3
 	kindOffload = 4
+	kindGroup   = 5
 )
 
 // CollTag is the tag of step within collective number seq (seq < 2^44).
@@ -40,6 +41,18 @@ func P2PTag(tag int64) Tag { return Tag(kindP2P<<60 | uint64(uint32(tag))) }
 // calls; seq < 2^44).
 func OffloadTag(seq uint64, step uint16) Tag {
 	return Tag(kindOffload<<60 | (seq&(1<<44-1))<<16 | uint64(step))
+}
+
+// MaxGroupID is the highest id GroupTag takes.
+const MaxGroupID = 1<<16 - 1
+
+// GroupTag is tag t of the child group id (1..MaxGroupID) that shares a
+// transport with its parent: its own kind and 40 bits of t's payload (a
+// collective's sequence number wraps at 2^24 there, a c10d tag keeps its
+// 32 bits), so that no child message matches a receive of the parent or of
+// another child, and none counts as one of the parent's collectives.
+func GroupTag(id uint16, t Tag) Tag {
+	return Tag(kindGroup<<60 | uint64(id)<<44 | uint64(t>>60)<<40 | uint64(t)&(1<<40-1))
 }
 
 // ControlTag is the tag of godist's own control messages (progress queries).

@@ -84,22 +84,7 @@ class Group(GroupOps):
     _native_keys = frozenset()
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta | None = None, group_name: str = ""):
-        self._rank, self._size = rank, size
-        self._store = store
-        self._timeout = timeout if timeout is not None and timeout.total_seconds() > 0 else _types.default_timeout()
-        self._name = group_name or "godist"
-        self._seq = 0
-        self._coalesced = None
-        self._abort_hooks = {}
-        self._hooks_ran = False
-        self._coalescing_cuda = False
-        self._dev = None
-        self._closed = False
-        self._close_lock = threading.Lock()
-        # Under TORCH_DISTRIBUTED_DEBUG=DETAIL ops describe their tensors'
-        # shapes (godist._desync) and the fast paths step aside.
-        self._detail = _desync.detail_mode()
-        self._details = _desync.details if self._detail else _desync.nothing
+        self._fields(store, rank, size, timeout, group_name)
         lib = _lib.load()
         _log.set_rank(rank)
         _dump.on_signal(lib)
@@ -120,19 +105,63 @@ class Group(GroupOps):
                           peer_host or None, transport.encode() if transport in ("tcp", "mpi") else None,
                           ctypes.byref(h))
         self._h = h.value
-        # The ops' entry points (each takes a GodistOp's address), bound once.
-        for name in ("allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "scatter", "alltoall",
-                     "barrier", "monitored_barrier", "send", "recv"):
-            setattr(self, "_raw_" + name, getattr(lib.raw, name))
+        self._bind(lib)
         try:
             if size > 1:
                 _rendezvous.exchange(store, rank, size, self._h, self._timeout, self._name)
         except BaseException:
             self._close()
             raise
+        self._register()
+
+    def _fields(self, store, rank: int, size: int, timeout, group_name: str) -> None:
+        self._rank, self._size = rank, size
+        self._store = store
+        self._timeout = timeout if timeout is not None and timeout.total_seconds() > 0 else _types.default_timeout()
+        self._name = group_name or "godist"
+        self._seq = 0
+        self._coalesced = None
+        self._abort_hooks = {}
+        self._hooks_ran = False
+        self._coalescing_cuda = False
+        self._dev = None
+        self._closed = False
+        self._close_lock = threading.Lock()
+        # Under TORCH_DISTRIBUTED_DEBUG=DETAIL ops describe their tensors'
+        # shapes (godist._desync) and the fast paths step aside.
+        self._detail = _desync.detail_mode()
+        self._details = _desync.details if self._detail else _desync.nothing
+
+    def _bind(self, lib) -> None:
+        # The ops' entry points (each takes a GodistOp's address), bound once.
+        for name in ("allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "scatter", "alltoall",
+                     "barrier", "monitored_barrier", "send", "recv"):
+            setattr(self, "_raw_" + name, getattr(lib.raw, name))
+
+    def _register(self) -> None:
         with _live_lock:
             _live.add(self)
             _by_name[self._name] = self
+
+    def split(self, ranks, timeout: datetime.timedelta | None = None, group_name: str = "") -> "Group":
+        """The child group of ``ranks`` (this group's ranks, in the child's
+        rank order, this rank among them) on this group's connections: no
+        rendezvous, one exchange among its ranks. Every rank of this group
+        splits in the same order, each with its own child's ranks."""
+        ranks = [int(r) for r in ranks]
+        if self._rank not in ranks:
+            raise ValueError(f"godist: split: rank {self._rank} is not among the child's ranks {ranks}")
+        lib = _lib.load()
+        child = Group.__new__(Group)
+        child._fields(self._store, ranks.index(self._rank), len(ranks), timeout or self._timeout,
+                      group_name or f"{self._name}:split")
+        h = ctypes.c_uint64()
+        lib.pg_split(self._h, (ctypes.c_int32 * len(ranks))(*ranks), len(ranks), child._name.encode(),
+                     child._timeout_ms(), ctypes.byref(h))
+        child._h = h.value
+        child._bind(lib)
+        child._register()
+        return child
 
     # ----- identity -----------------------------------------------------
     def rank(self) -> int:

@@ -200,6 +200,9 @@ class GodistBackend(OnGroup, _Base):
                 "split groups (list each rank once), or use dist.new_group")
         timeout = getattr(opts, "_timeout", None) or self._g._timeout
         name = getattr(opts, "group_name", "") or f"{self._g._name}:split:{n}"
+        if type(self._g) is Group:
+            # On this group's connections: no rendezvous.
+            return GodistBackend(group=self._g.split(ranks, timeout, name))
         child_store = dist.PrefixStore(f"godist-split/{name}/", self._g._store)
         return GodistBackend(child_store, ranks.index(me), len(ranks), timeout, name)
 

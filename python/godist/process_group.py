@@ -52,7 +52,10 @@ class GodistProcessGroup(OnGroup, _PG):
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta | None = None, group_name: str = "",
                  *, group: Group | None = None, enable_reconfigure: bool = False):
-        super().__init__(rank, size)
+        if group is not None and store is not None:
+            super().__init__(store, rank, size)  # torch reads a split child's store (get_group_store)
+        else:
+            super().__init__(rank, size)
         if group is None:
             make = Unconfigured if enable_reconfigure and _HAS_BACKEND else Group
             group = make(store, rank, size, timeout, group_name)
@@ -133,14 +136,31 @@ class GodistProcessGroup(OnGroup, _PG):
         self._rehook()
 
     # ----- new groups from this one ---------------------------------------
-    def split_group(self, ranks, *args, **kwargs):
-        """torch's ProcessGroup.split_group; a rank outside ``ranks`` (in no
-        child group) gets None without reaching the backend: torch's C++
-        trampoline for a Python backend's ``split`` cannot return None."""
-        if self._backend is not None and self.rank() not in [int(r) for r in ranks]:
-            self._backend._splits += 1  # as split does, so that unnamed children match
+    def split_group(self, ranks, timeout=None, opts=None, group_name=None, group_desc=None, device_types=None):
+        """torch's ProcessGroup.split_group. The child is formed on this
+        group's connections (no rendezvous) and is a GodistProcessGroup, with
+        the fast paths; a rank outside ``ranks`` (in no child group) gets None
+        (torch's C++ trampoline for a Python backend's ``split`` cannot
+        return None)."""
+        ranks = [int(r) for r in ranks]
+        b = self._backend
+        if b is not None and self.rank() not in ranks:
+            b._splits += 1  # as split does, so that unnamed children match
             return None
-        return _PG.split_group(self, ranks, *args, **kwargs)
+        types = {torch.device(d).type for d in device_types} if device_types is not None else None
+        if b is not None and type(self._g) is Group and (types is None or types == {"cpu", "cuda"}):
+            n = b._splits
+            b._splits += 1
+            name = group_name or f"{self._g._name}:split:{n}"
+            g = self._g.split(ranks, timeout or getattr(opts, "_timeout", None) or self._g._timeout, name)
+            store = dist.PrefixStore(f"godist-split/{name}/", self._g._store) if self._g._store is not None else None
+            child = GodistProcessGroup(store, g._rank, g._size, group=g)
+            child._set_group_name(name)
+            if group_desc:
+                child._set_group_desc(group_desc)
+            return child
+        kwargs = {} if device_types is None else {"device_types": device_types}
+        return _PG.split_group(self, ranks, timeout, opts, group_name, group_desc, **kwargs)
 
     # ----- reconfigure (torch 2.15) ---------------------------------------
     @property

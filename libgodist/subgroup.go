@@ -1,0 +1,167 @@
+package libgodist
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/godist/godist/libgodist/transport"
+)
+
+// subTransport is the transport of a child group made by Split: the
+// parent's connections (its root transport, shared by the whole family of
+// groups split from one connected group), its own rank numbering and its
+// own tag space (transport.GroupTag). Closing or aborting it ends only the
+// child's receives; the connections stay with the family (family.release).
+type subTransport struct {
+	root  transport.Transport
+	id    uint16
+	rank  int
+	ranks []int // child rank -> root rank
+	back  []int // root rank -> child rank, -1 for ranks outside the child
+
+	mu      sync.Mutex
+	recvs   []*transport.Recv // posted and maybe not done; pruned as it grows
+	pruneAt int
+	err     error // set by Close/Abort: later operations fail with it
+}
+
+var _ transport.Transport = (*subTransport)(nil)
+
+func newSubTransport(root transport.Transport, id uint16, rank int, ranks []int) *subTransport {
+	back := make([]int, root.Size())
+	for i := range back {
+		back[i] = -1
+	}
+	for c, r := range ranks {
+		back[r] = c
+	}
+	return &subTransport{root: root, id: id, rank: rank, ranks: ranks, back: back, pruneAt: 64}
+}
+
+func (s *subTransport) Rank() int { return s.rank }
+func (s *subTransport) Size() int { return len(s.ranks) }
+
+func (s *subTransport) peer(p int) (int, error) {
+	if p == transport.AnySource {
+		return p, nil
+	}
+	if p < 0 || p >= len(s.ranks) {
+		return 0, &transport.PeerError{Op: "send", Peer: p, Err: fmt.Errorf("%w: rank %d is out of range for a group of %d",
+			ErrInvalid, p, len(s.ranks))}
+	}
+	return s.ranks[p], nil
+}
+
+func (s *subTransport) closedErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *subTransport) Send(ctx context.Context, peer int, tag transport.Tag, data []byte) error {
+	if err := s.closedErr(); err != nil {
+		return err
+	}
+	r, err := s.peer(peer)
+	if err != nil {
+		return err
+	}
+	return s.root.Send(ctx, r, transport.GroupTag(s.id, tag), data)
+}
+
+func (s *subTransport) PostRecv(peer int, tag transport.Tag, buf []byte) *transport.Recv {
+	return s.post(peer, tag, buf, nil)
+}
+
+func (s *subTransport) PostFold(peer int, tag transport.Tag, buf []byte, f transport.Fold) *transport.Recv {
+	return s.post(peer, tag, buf, &f)
+}
+
+func (s *subTransport) post(peer int, tag transport.Tag, buf []byte, f *transport.Fold) *transport.Recv {
+	r, err := s.peer(peer)
+	if err != nil {
+		r = s.root.Rank() // a receive that fails at once, below
+	}
+	var rv *transport.Recv
+	if f != nil {
+		rv = s.root.PostFold(r, transport.GroupTag(s.id, tag), buf, *f)
+	} else {
+		rv = s.root.PostRecv(r, transport.GroupTag(s.id, tag), buf)
+	}
+	rv.MapSource(s.back)
+	s.mu.Lock()
+	cerr := s.err
+	if cerr == nil && err == nil {
+		s.track(rv)
+	}
+	s.mu.Unlock()
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		rv.Cancel(err)
+	}
+	return rv
+}
+
+// track remembers rv until it is done, so that Close and Abort can end it.
+// Called with s.mu held.
+func (s *subTransport) track(rv *transport.Recv) {
+	s.recvs = append(s.recvs, rv)
+	if len(s.recvs) < s.pruneAt {
+		return
+	}
+	live := s.recvs[:0]
+	for _, r := range s.recvs {
+		select {
+		case <-r.Done():
+		default:
+			live = append(live, r)
+		}
+	}
+	clear(s.recvs[len(live):])
+	s.recvs = live
+	s.pruneAt = 2*len(live) + 64
+}
+
+// end fails the child's pending and later operations with err. Idempotent.
+func (s *subTransport) end(err error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	recvs := s.recvs
+	s.recvs = nil
+	s.mu.Unlock()
+	for _, r := range recvs {
+		r.Cancel(err)
+	}
+}
+
+// Close ends the child's receives; the shared connections stay.
+func (s *subTransport) Close() error {
+	s.end(fmt.Errorf("%w: the group was closed", transport.ErrClosed))
+	return nil
+}
+
+// Abort ends the child's receives with err; the shared connections stay.
+func (s *subTransport) Abort(err error) {
+	if err == nil {
+		err = transport.ErrClosed
+	}
+	s.end(err)
+}
+
+// PathTo names how the parent reaches the child's peer.
+func (s *subTransport) PathTo(peer int) string {
+	if peer < 0 || peer >= len(s.ranks) {
+		return ""
+	}
+	if p, ok := s.root.(interface{ PathTo(int) string }); ok {
+		return p.PathTo(s.ranks[peer])
+	}
+	return "tcp"
+}
