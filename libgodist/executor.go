@@ -244,7 +244,7 @@ func (pg *ProcessGroup) runTask(t *task) {
 	}
 	if de := pg.track(t); de != nil {
 		err = &transport.PeerError{Op: "recv", Peer: de.Peer, Err: de}
-	} else {
+	} else if err = pg.awaitOpening(ctx); err == nil {
 		t.comm = comm{tr: pg.tr, offload: pg.offload, tune: &pg.tune, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare, allSpare: pg.allSpare}
 		err = safeRun(t.run, &t.comm)
 		if err == nil {

@@ -86,6 +86,8 @@ type ProcessGroup struct {
 
 	fam *family       // the groups sharing these connections (split.go); guarded by mu
 	sub *subTransport // a split child's transport; nil for a group with connections of its own
+	// opening is a split child's offload being opened (split.go).
+	opening atomic.Pointer[opening]
 }
 
 type task struct {

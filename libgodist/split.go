@@ -63,23 +63,38 @@ func (f *family) release(closeRoot func()) {
 	}
 }
 
-// splitTag carries Split's agreements. One tag serves every split: the
+// splitTag carries Split's exchanges. One tag serves every split: the
 // ranks of a group split in one order, so each pair's messages match in
 // the order sent (and a rank in no child of a split sends none).
 var splitTag = transport.ControlTag(4)
 
-// splitMsgSize is a rank's message in a split's agreement: its proposed
-// id and the hash of the child's ranks.
+// splitMsg is a rank's message in a split's exchange: the id it proposes
+// and the hash of the child's ranks, in order.
+type splitMsg struct {
+	proposal, sum uint64
+}
+
 const splitMsgSize = 16
+
+func (m splitMsg) put(b []byte) {
+	binary.LittleEndian.PutUint64(b[:8], m.proposal)
+	binary.LittleEndian.PutUint64(b[8:16], m.sum)
+}
+
+func readSplitMsg(b []byte) splitMsg {
+	return splitMsg{proposal: binary.LittleEndian.Uint64(b[:8]), sum: binary.LittleEndian.Uint64(b[8:16])}
+}
 
 // Split forms the child group of ranks (this group's ranks in the child's
 // rank order, this rank among them) on this group's connections, with no
 // rendezvous: its ranks agree on the child's tag space in one exchange of
-// 16 bytes. Every rank of this group must call Split in the same order
+// a few bytes. Every rank of this group must call Split in the same order
 // (c10d's split_group is collective), each with the ranks of its own
-// child. The child runs the engine's algorithms over the connections (and
-// the shared-memory rings) of this group; it closes on its own, and the
-// connections stay until every group that uses them has closed.
+// child. Over shared memory the child gets an arena of its own, prepared by
+// its rank 0 before the exchange (backend.Splitter); otherwise it runs the
+// engine's algorithms over this group's connections. A child closes on
+// its own; the connections stay until every group that uses them has
+// closed.
 func (pg *ProcessGroup) Split(ranks []int, name string, timeout time.Duration) (*ProcessGroup, error) {
 	if err := pg.usable(); err != nil {
 		return nil, err
@@ -99,11 +114,90 @@ func (pg *ProcessGroup) Split(ranks []int, name string, timeout time.Duration) (
 	fam := pg.family()
 	ctx, cancel := context.WithTimeout(pg.ctx, timeout)
 	defer cancel()
-	id, err := pg.agreeChildID(ctx, ranks, fam.reserve())
+	pg.mu.Lock()
+	sp, _ := pg.offload.(backend.Splitter)
+	pg.mu.Unlock()
+	if sp != nil && !sp.Serves(ranks) {
+		sp = nil
+	}
+	mine := splitMsg{proposal: fam.reserve(), sum: ranksHash(ranks)}
+	id, first, err := pg.exchangeSplit(ctx, ranks, mine)
+	if err == nil && id > transport.MaxGroupID {
+		err = invalidf("this process has split %d groups from one group's connections, the most it can", transport.MaxGroupID)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("godist: group %q: split_group into %q: %w", pg.cfg.Group, name, err)
 	}
 	fam.settle(id)
+	child := pg.child(cfg, fam, uint16(id), ranks)
+	if sp != nil {
+		o := &opening{done: make(chan struct{})}
+		child.opening.Store(o)
+		go child.openOffload(o, sp, backend.ChildSetup{Name: name, Key: first.proposal, Rank: me, Ranks: ranks, Table: &tune})
+	}
+	child.start(child.sub)
+	return child, nil
+}
+
+// opening is a split child's offload being opened in the background; the
+// child's collectives wait for it (awaitOpening).
+type opening struct {
+	done chan struct{}
+	err  error // why it failed: the child is broken
+}
+
+// openOffload opens a split child's offload through sp: the child's rank
+// 0 prepares it, every rank learns whether that worked (one agreement
+// over the child's connections), then every rank opens it.
+func (pg *ProcessGroup) openOffload(o *opening, sp backend.Splitter, cs backend.ChildSetup) {
+	ctx, cancel := context.WithTimeout(pg.ctx, pg.Timeout())
+	defer cancel()
+	var prep backend.Prepared
+	ok := true
+	if cs.Rank == 0 {
+		p, err := sp.PrepareChild(cs)
+		prep, ok = p, err == nil
+	}
+	ok, err := pg.agree(ctx, pg.sub, 0, ok)
+	var off backend.Offload
+	if err == nil && ok {
+		off, err = sp.OpenChild(ctx, cs, prep)
+	} else if prep != nil {
+		prep.Discard()
+	}
+	pg.mu.Lock()
+	if pg.closed && off != nil {
+		off.Abort(ErrClosed)
+		off = nil
+	}
+	pg.offload = off
+	pg.mu.Unlock()
+	if err != nil {
+		o.err = fmt.Errorf("opening its shared-memory arena: %w", err)
+		pg.breakWith(o.err)
+	}
+	close(o.done)
+	pg.opening.Store(nil)
+}
+
+// awaitOpening waits until a split child's offload is open (a no-op once
+// it is, and for every other group).
+func (pg *ProcessGroup) awaitOpening(ctx context.Context) error {
+	o := pg.opening.Load()
+	if o == nil {
+		return nil
+	}
+	select {
+	case <-o.done:
+		return o.err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for the group's shared-memory arena to open", transport.ErrTimeout)
+	}
+}
+
+// child makes the child group of ranks, rank cfg.Rank among them, over
+// the family's connections under id; not started.
+func (pg *ProcessGroup) child(cfg Config, fam *family, id uint16, ranks []int) *ProcessGroup {
 	rootRanks := make([]int, len(ranks))
 	for i, r := range ranks {
 		rootRanks[i] = r
@@ -112,18 +206,19 @@ func (pg *ProcessGroup) Split(ranks []int, name string, timeout time.Duration) (
 		}
 	}
 	child := newPG(cfg)
-	child.fam, child.sub = fam, newSubTransport(fam.root, uint16(id), me, rootRanks)
+	child.fam, child.sub = fam, newSubTransport(fam.root, id, cfg.Rank, rootRanks)
+	at := make(map[int]int, len(ranks))
+	for i, r := range ranks {
+		at[r] = i
+	}
 	pg.mu.Lock()
+	defer pg.mu.Unlock()
 	child.spare, child.allSpare = pg.spare, pg.allSpare
 	child.via = make([]string, len(ranks))
 	for i, r := range ranks {
 		if r < len(pg.via) {
 			child.via[i] = pg.via[r]
 		}
-	}
-	at := make(map[int]int, len(ranks))
-	for i, r := range ranks {
-		at[r] = i
 	}
 	for _, host := range pg.hosts {
 		var h []int
@@ -136,24 +231,7 @@ func (pg *ProcessGroup) Split(ranks []int, name string, timeout time.Duration) (
 			child.hosts = append(child.hosts, h)
 		}
 	}
-	sp, _ := pg.offload.(backend.Splitter)
-	pg.mu.Unlock()
-	if sp != nil {
-		round := uint64(0)
-		off, err := sp.Split(ctx, backend.ChildSetup{Name: name, ID: uint16(id), Rank: me, Ranks: ranks, Table: &child.tune,
-			Agree: func(ctx context.Context, ok bool) (bool, error) {
-				round++
-				return child.agree(ctx, child.sub, round-1, ok)
-			}})
-		if err != nil {
-			child.sub.Abort(err)
-			fam.release(nil)
-			return nil, fmt.Errorf("godist: group %q: split_group into %q: %w", pg.cfg.Group, name, err)
-		}
-		child.offload = off
-	}
-	child.start(child.sub)
-	return child, nil
+	return child
 }
 
 // childRank checks ranks and returns this rank's place among them.
@@ -189,35 +267,38 @@ func (pg *ProcessGroup) family() *family {
 	return pg.fam
 }
 
-// agreeChildID exchanges this rank's proposal with every other rank of
-// the child and returns the highest: no rank of the child has used it.
-// Ranks that were given other lists fail here.
-func (pg *ProcessGroup) agreeChildID(ctx context.Context, ranks []int, proposal uint64) (uint64, error) {
+// ranksHash is the hash of a child's ranks, in order.
+func ranksHash(ranks []int) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
 	for _, r := range ranks {
 		binary.LittleEndian.PutUint64(b[:], uint64(r))
 		h.Write(b[:])
 	}
-	sum := h.Sum64()
-	tag := splitTag
-	var msg [splitMsgSize]byte
-	binary.LittleEndian.PutUint64(msg[:8], proposal)
-	binary.LittleEndian.PutUint64(msg[8:], sum)
+	return h.Sum64()
+}
+
+// exchangeSplit sends this rank's message to every other rank of the
+// child and returns the highest proposal (an id no rank of the child has
+// used) and the message of the child's rank 0. Ranks that were given
+// other lists fail here.
+func (pg *ProcessGroup) exchangeSplit(ctx context.Context, ranks []int, mine splitMsg) (uint64, splitMsg, error) {
+	var out [splitMsgSize]byte
+	mine.put(out[:])
 	got := make([][splitMsgSize]byte, len(ranks))
 	rs := make([]*transport.Recv, len(ranks))
 	for i, r := range ranks {
 		if r != pg.cfg.Rank {
-			rs[i] = pg.tr.PostRecv(r, tag, got[i][:])
+			rs[i] = pg.tr.PostRecv(r, splitTag, got[i][:])
 		}
 	}
 	var sendErr error
 	for _, r := range ranks {
 		if r != pg.cfg.Rank && sendErr == nil {
-			sendErr = pg.tr.Send(ctx, r, tag, msg[:])
+			sendErr = pg.tr.Send(ctx, r, splitTag, out[:])
 		}
 	}
-	id := proposal
+	id, first := mine.proposal, mine
 	var err error
 	for i, rv := range rs {
 		if rv == nil {
@@ -232,17 +313,18 @@ func (pg *ProcessGroup) agreeChildID(ctx context.Context, ranks []int, proposal 
 			}
 			continue
 		}
-		if s := binary.LittleEndian.Uint64(got[i][8:]); s != sum && err == nil {
+		m := readSplitMsg(got[i][:])
+		if m.sum != mine.sum && err == nil {
 			err = invalidf("rank %d split with other ranks than %v (every rank of a child must list the same ranks, "+
 				"in the same order)", ranks[i], ranks)
 		}
-		id = max(id, binary.LittleEndian.Uint64(got[i][:8]))
+		if i == 0 {
+			first = m
+		}
+		id = max(id, m.proposal)
 	}
 	if err == nil && sendErr != nil {
 		err = sendErr
 	}
-	if err == nil && id > transport.MaxGroupID {
-		err = invalidf("this process has split %d groups from one group's connections, the most it can", transport.MaxGroupID)
-	}
-	return id, err
+	return id, first, err
 }

@@ -86,20 +86,21 @@ func TestSplitFormsChildrenOnTheParentsConnections(t *testing.T) {
 				require.Equal(t, len(lists[r]), k.Size())
 				require.Equal(t, lists[r][k.Rank()], r, "rank %d", r)
 			}
-			// Over shared memory a child gets an arena of its own.
+			vals := []int64{1, 10, 100, 1000, 10000}
+			require.Equal(t, []int64{101, 1010, 101, 1010, 10000}, sumOn(t, kids, vals))
+			// Over shared memory a child gets an arena of its own, open by
+			// the time its first collective ran.
 			want := map[string]string{"mem": "", assemble.TransportAuto: "shm", assemble.TransportTCP: ""}[tr]
 			for r, k := range kids[:4] {
 				require.Equal(t, want, k.Offload(), "rank %d", r)
 			}
-			vals := []int64{1, 10, 100, 1000, 10000}
-			require.Equal(t, []int64{101, 1010, 101, 1010, 10000}, sumOn(t, kids, vals))
 			// The parent runs alongside its children, and a grandchild
 			// of child 0 (a child's own split) beside both.
 			require.Equal(t, []int64{11111, 11111, 11111, 11111, 11111}, sumOn(t, pgs, vals))
 			grand, errs := splitAll(t, []*ProcessGroup{kids[0], kids[2]}, [][]int{{1, 0}, {1, 0}}, "grandchild")
 			requireAllOK(t, errs)
-			require.Equal(t, want, grand[0].Offload())
 			require.Equal(t, []int64{101, 101}, sumOn(t, grand, []int64{1, 100}))
+			require.Equal(t, want, grand[0].Offload())
 			require.Equal(t, []int64{101, 1010, 101, 1010, 10000}, sumOn(t, kids, vals))
 			// Point-to-point in the child: child rank 0 (group rank 3)
 			// to child rank 1 (group rank 1), received from any source.

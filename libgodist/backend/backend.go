@@ -105,12 +105,26 @@ type Offload interface {
 }
 
 // Splitter is an Offload that can open one for a group split from its
-// group, without a rendezvous: every rank of the child calls Split with the
-// same ChildSetup but its own Rank. It returns a nil Offload, agreed by every
-// rank of the child through c.Agree, when it cannot serve the child (the
-// child then runs the engine's algorithms).
+// group, without a rendezvous. The child's rank 0 prepares it before the
+// child's ranks exchange their first messages, which tell every rank
+// whether that worked; then every rank opens it.
 type Splitter interface {
-	Split(ctx context.Context, c ChildSetup) (Offload, error)
+	// Serves reports whether it can serve a child of ranks (the parent's
+	// ranks); the same answer on every rank.
+	Serves(ranks []int) bool
+	// PrepareChild, on the child's rank 0 only, makes what the others
+	// open; an error leaves the child to the engine's algorithms.
+	PrepareChild(c ChildSetup) (Prepared, error)
+	// OpenChild opens the child's offload on every rank of the child (p:
+	// rank 0's Prepared, nil on the others). A nil Offload, on every rank
+	// alike, leaves the child to the engine's algorithms.
+	OpenChild(ctx context.Context, c ChildSetup, p Prepared) (Offload, error)
+}
+
+// Prepared is what a Splitter prepared for a child; Discard drops it
+// when the child is not formed.
+type Prepared interface {
+	Discard()
 }
 
 // Described is an Offload that names the algorithms its collectives take

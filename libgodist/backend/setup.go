@@ -103,14 +103,14 @@ func (s *Setup) EveryHostFits() bool {
 }
 
 // ChildSetup is what an offload needs to serve a group split from its
-// group (Splitter): the child's name and id, its ranks (the parent's
-// ranks, in the child's order) and this rank's place among them, its
-// table, and Agree over the child's ranks.
+// group (Splitter): the child's name, its ranks (the parent's ranks, in
+// the child's order), this rank's place among them, its table, and Key:
+// a number the child's rank 0 chose, unique among the children it is in,
+// that names what it prepares.
 type ChildSetup struct {
 	Name  string
-	ID    uint16 // the child's id among the groups sharing the parent's connections
+	Key   uint64
 	Rank  int
 	Ranks []int
 	Table *algo.Table
-	Agree func(ctx context.Context, ok bool) (bool, error)
 }

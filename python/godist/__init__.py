@@ -56,13 +56,41 @@ def _create(dist_opts, pg_options=None):
     group that is godist's on every device is a GodistProcessGroup (the
     fast path, with its GodistBackend registered); one that shares its
     devices with other backends gets a GodistBackend, which torch's
-    ProcessGroup routes the CPU tensors to."""
+    ProcessGroup routes the CPU tensors to. A group made while a godist
+    default group lives (``new_group``) is split from it, on its
+    connections, without a rendezvous."""
     args = (dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout)
     name = str(getattr(dist_opts, "group_id", "") or "")
     reconf = bool(getattr(dist_opts, "enable_reconfigure", False))
-    if _HAS_BACKEND and _shares_devices():
+    shares = _HAS_BACKEND and _shares_devices()
+    child = None if reconf else _split_from_world(dist_opts, name)
+    if child is not None:
+        if shares:
+            return GodistBackend(group=child)
+        return GodistProcessGroup(dist_opts.store, child._rank, child._size, group=child)
+    if shares:
         return GodistBackend(*args, group_name=name, enable_reconfigure=reconf)
     return GodistProcessGroup(*args, group_name=name, enable_reconfigure=reconf)
+
+
+def _split_from_world(dist_opts, name: str):
+    """The group of ``dist_opts`` (a ``new_group``) split from the default
+    group when that is a godist group of the whole world (every rank of the
+    new group calls this, in the order torch's ``new_group`` calls are
+    made); None otherwise."""
+    from ._group import Group
+
+    ranks = [int(r) for r in (getattr(dist_opts, "global_ranks_in_group", None) or [])]
+    if not ranks or not dist.is_initialized():
+        return None
+    try:
+        world = group_of(dist.distributed_c10d._get_default_group())
+    except (TypeError, RuntimeError, ValueError):
+        return None
+    if (type(world) is not Group or world._closed or world._size != dist.get_world_size()
+            or world._rank not in ranks or ranks.index(world._rank) != dist_opts.group_rank):
+        return None
+    return world.split(ranks, dist_opts.timeout, name)
 
 
 def monitored_barrier(group: dist.ProcessGroup | None = None, timeout: datetime.timedelta | None = None,
