@@ -48,6 +48,13 @@ func (pg *ProcessGroup) track(t *task) *transport.DesyncError {
 	if pg.tracker == nil || pg.cfg.Size == 1 {
 		return nil
 	}
+	if pg.sub != nil {
+		// A child's arena publishes its calls itself (the root's router
+		// does it for the root's).
+		if a, ok := pg.offload.(interface{ SetCall(*transport.Call) }); ok {
+			a.SetCall(&t.call)
+		}
+	}
 	de := pg.tracker.Track(&t.call)
 	if de != nil {
 		pg.desynced(de, true)

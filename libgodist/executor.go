@@ -242,15 +242,18 @@ func (pg *ProcessGroup) runTask(t *task) {
 	if debug {
 		pg.traceStart(t)
 	}
-	if de := pg.track(t); de != nil {
-		err = &transport.PeerError{Op: "recv", Peer: de.Peer, Err: de}
-	} else if err = pg.awaitOpening(ctx); err == nil {
-		t.comm = comm{tr: pg.tr, offload: pg.offload, tune: &pg.tune, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare, allSpare: pg.allSpare}
-		err = safeRun(t.run, &t.comm)
-		if err == nil {
-			// A peer that gave up on this collective may have sent its
-			// contribution first: fail as it did (agree.go).
-			err = pg.abandonedAt(t.w.Op, t.w.Seq)
+	// A split child's first collectives wait for its arena to open.
+	if err = pg.awaitOpening(ctx); err == nil {
+		if de := pg.track(t); de != nil {
+			err = &transport.PeerError{Op: "recv", Peer: de.Peer, Err: de}
+		} else {
+			t.comm = comm{tr: pg.tr, offload: pg.offload, tune: &pg.tune, ctx: ctx, seq: t.w.Seq, rank: pg.cfg.Rank, size: pg.cfg.Size, spare: pg.spare, allSpare: pg.allSpare}
+			err = safeRun(t.run, &t.comm)
+			if err == nil {
+				// A peer that gave up on this collective may have sent its
+				// contribution first: fail as it did (agree.go).
+				err = pg.abandonedAt(t.w.Op, t.w.Seq)
+			}
 		}
 	}
 	ctx.cancel()

@@ -71,7 +71,7 @@ func sumOn(t *testing.T, gs []*ProcessGroup, vals []int64) []int64 {
 
 func TestSplitFormsChildrenOnTheParentsConnections(t *testing.T) {
 	for _, tr := range []string{"mem", assemble.TransportAuto, assemble.TransportTCP} {
-		t.Run(tr, func(t *testing.T) {
+		t.Run(map[string]string{"mem": "mem", assemble.TransportAuto: "auto", assemble.TransportTCP: "tcp"}[tr], func(t *testing.T) {
 			var pgs []*ProcessGroup
 			if tr == "mem" {
 				pgs, _ = group(t, 5, 5*time.Second)
@@ -188,4 +188,47 @@ func TestSplitIDsStayApartAcrossOverlappingChildren(t *testing.T) {
 	require.Equal(t, kids[0].sub.id, kids[2].sub.id)
 	require.Equal(t, uint16(3), kids[0].sub.id)
 	require.Equal(t, []int64{101, 10, 101}, sumOn(t, kids, []int64{1, 10, 100}))
+}
+
+func TestSplitChildFindsDesyncAlone(t *testing.T) {
+	cases := []struct {
+		name       string
+		usual, odd call
+		want       string
+	}{
+		{"op", allReduceOf(1024, f32), broadcastOf(1024, reduce.Float32, 0),
+			"rank 1 called broadcast(float32[1024], root=0) where rank 0 called all_reduce(float32[1024], SUM)"},
+		{"all_to_all splits", allToAllOf(func(r, to int) int { return 2 }), allToAllOf(func(r, to int) int {
+			if r == 1 && to == 0 {
+				return 3
+			}
+			return 2
+		}), "rank 1 called all_to_all(float32, 3 elements to rank 0, 2 from it) where rank 0 called all_to_all(float32, 2 elements to rank 1, 2 from it)"},
+	}
+	for _, tr := range []string{"mem", assemble.TransportAuto, assemble.TransportTCP} {
+		for _, tc := range cases {
+			t.Run(map[string]string{"mem": "mem", assemble.TransportAuto: "auto", assemble.TransportTCP: "tcp"}[tr]+"/"+tc.name, func(t *testing.T) {
+				var pgs []*ProcessGroup
+				if tr == "mem" {
+					pgs, _ = group(t, 4, 20*time.Second)
+				} else {
+					pgs = connectGroup(t, 4, tr, nil)
+				}
+				// Children {3, 1} and {0, 2}: the first one's rank 1 (group
+				// rank 1) calls another collective.
+				lists := [][]int{{0, 2}, {3, 1}, {0, 2}, {3, 1}}
+				kids, errs := splitAll(t, pgs, lists, "c")
+				requireAllOK(t, errs)
+				errs, took := runDesyncOn(t, []*ProcessGroup{kids[3], kids[1]}, tc.usual, tc.odd, false)
+				for r, err := range errs {
+					require.ErrorIs(t, err, ErrDesync, "rank %d: %v", r, err)
+					require.Contains(t, err.Error(), tc.want, "rank %d", r)
+					require.Less(t, took[r], 2*time.Second, "rank %d", r)
+				}
+				// The other child and the parent go on.
+				require.Equal(t, []int64{101, 0, 101, 0}, sumOn(t, []*ProcessGroup{kids[0], nil, kids[2], nil}, []int64{1, 10, 100, 1000}))
+				require.Equal(t, []int64{1111, 1111, 1111, 1111}, sumOn(t, pgs, []int64{1, 10, 100, 1000}))
+			})
+		}
+	}
 }

@@ -20,13 +20,23 @@ type subTransport struct {
 	ranks []int // child rank -> root rank
 	back  []int // root rank -> child rank, -1 for ranks outside the child
 
+	// tracker checks the child's collectives' stamps on the root's
+	// mailbox; nil when the root has no desync checks.
+	tracker transport.Tracker
+
 	mu      sync.Mutex
 	recvs   []*transport.Recv // posted and maybe not done; pruned as it grows
 	pruneAt int
 	err     error // set by Close/Abort: later operations fail with it
+	// blocks is the last all_to_all call whose blocks were put in the
+	// root's numbering for its stamps, and that call (stampable).
+	blocksOf, blocks *transport.Call
 }
 
-var _ transport.Transport = (*subTransport)(nil)
+var (
+	_ transport.Transport = (*subTransport)(nil)
+	_ transport.Tracker   = (*subTransport)(nil)
+)
 
 func newSubTransport(root transport.Transport, id uint16, rank int, ranks []int) *subTransport {
 	back := make([]int, root.Size())
@@ -36,7 +46,60 @@ func newSubTransport(root transport.Transport, id uint16, rank int, ranks []int)
 	for c, r := range ranks {
 		back[r] = c
 	}
-	return &subTransport{root: root, id: id, rank: rank, ranks: ranks, back: back, pruneAt: 64}
+	s := &subTransport{root: root, id: id, rank: rank, ranks: ranks, back: back, pruneAt: 64}
+	if g, ok := root.(transport.GroupTracking); ok {
+		s.tracker = g.GroupTracker(id, back)
+	}
+	return s
+}
+
+// Track, SetOnDesync and FailCollectives check the child's collectives
+// on the root's mailbox (transport.Tracker).
+func (s *subTransport) Track(c *transport.Call) *transport.DesyncError {
+	if s.tracker == nil {
+		return nil
+	}
+	return s.tracker.Track(c)
+}
+
+func (s *subTransport) SetOnDesync(f func(*transport.DesyncError)) {
+	if s.tracker != nil {
+		s.tracker.SetOnDesync(f)
+	}
+}
+
+func (s *subTransport) FailCollectives(err error) {
+	if s.tracker != nil {
+		s.tracker.FailCollectives(err)
+	}
+}
+
+// stampable returns ctx with its all_to_all call's blocks in the root's
+// numbering: the root's transport stamps a message to its rank r with the
+// blocks at r.
+func (s *subTransport) stampable(ctx context.Context) context.Context {
+	c := transport.CallOf(ctx)
+	if c == nil || c.Blocks == nil {
+		return ctx
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.blocksOf != c {
+		n := s.root.Size()
+		b := &transport.Blocks{Ins: make([][]byte, n), Outs: make([][]byte, n), Elem: c.Blocks.Elem}
+		for i, r := range s.ranks {
+			if i < len(c.Blocks.Ins) {
+				b.Ins[r] = c.Blocks.Ins[i]
+			}
+			if i < len(c.Blocks.Outs) {
+				b.Outs[r] = c.Blocks.Outs[i]
+			}
+		}
+		rc := *c
+		rc.Blocks = b
+		s.blocksOf, s.blocks = c, &rc
+	}
+	return transport.WithCall(ctx, s.blocks)
 }
 
 func (s *subTransport) Rank() int { return s.rank }
@@ -67,7 +130,7 @@ func (s *subTransport) Send(ctx context.Context, peer int, tag transport.Tag, da
 	if err != nil {
 		return err
 	}
-	return s.root.Send(ctx, r, transport.GroupTag(s.id, tag), data)
+	return s.root.Send(s.stampable(ctx), r, transport.GroupTag(s.id, tag), data)
 }
 
 func (s *subTransport) PostRecv(peer int, tag transport.Tag, buf []byte) *transport.Recv {
@@ -135,9 +198,13 @@ func (s *subTransport) end(err error) {
 	s.err = err
 	recvs := s.recvs
 	s.recvs = nil
+	s.blocksOf, s.blocks = nil, nil
 	s.mu.Unlock()
 	for _, r := range recvs {
 		r.Cancel(err)
+	}
+	if g, ok := s.root.(transport.GroupTracking); ok {
+		g.ForgetGroup(s.id) // its peers' late messages are dropped
 	}
 }
 

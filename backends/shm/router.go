@@ -151,5 +151,13 @@ func (rt *router) SetOnDesync(f func(*transport.DesyncError)) { rt.under.Mailbox
 
 func (rt *router) FailCollectives(err error) { rt.under.Mailbox().FailCollectives(err) }
 
+// GroupTracker and ForgetGroup track child groups sharing the router
+// (transport.GroupTracking); a child's arena publishes its own calls.
+func (rt *router) GroupTracker(id uint16, back []int) transport.Tracker {
+	return rt.under.Mailbox().GroupTracker(id, back)
+}
+
+func (rt *router) ForgetGroup(id uint16) { rt.under.Mailbox().ForgetGroup(id) }
+
 func (rt *router) Close() error    { return rt.under.Close() }
 func (rt *router) Abort(err error) { rt.under.Abort(err) }

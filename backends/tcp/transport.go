@@ -318,6 +318,14 @@ func (t *Transport) SetOnDesync(f func(*transport.DesyncError)) { t.mb.SetOnDesy
 
 func (t *Transport) FailCollectives(err error) { t.mb.FailCollectives(err) }
 
+// GroupTracker and ForgetGroup track child groups sharing these
+// connections (transport.GroupTracking).
+func (t *Transport) GroupTracker(id uint16, back []int) transport.Tracker {
+	return t.mb.GroupTracker(id, back)
+}
+
+func (t *Transport) ForgetGroup(id uint16) { t.mb.ForgetGroup(id) }
+
 // PostRecv posts a receive.
 func (t *Transport) PostRecv(peer int, tag transport.Tag, buf []byte) *transport.Recv {
 	return t.mb.Post(peer, tag, buf)

@@ -74,15 +74,15 @@ func (mb *Mailbox) Begin(d *Delivery, src int, tag Tag, n int) {
 func (mb *Mailbox) BeginStamped(d *Delivery, src int, tag Tag, n int, st Stamp) {
 	*d = Delivery{mb: mb, src: src, tag: tag, n: n}
 	mb.mu.Lock()
-	if st.Op != OpNone || mb.collErr != nil {
-		if drop, de := mb.arrival(src, tag, st); drop {
+	if st.Op != OpNone || mb.anyCollErr || mb.anyGone {
+		if drop, de, tr := mb.arrival(src, tag, st); drop {
 			d.drop = true
 			if de == nil {
 				mb.mu.Unlock()
 				return
 			}
-			failed, hooks := mb.failColl(de)
-			f := mb.onDesync
+			failed, hooks := mb.failColl(tr, tag.group(), de)
+			f := tr.onDesync
 			mb.mu.Unlock()
 			for i, r := range failed {
 				runHook(hooks[i], r)

@@ -29,12 +29,12 @@ type Mailbox struct {
 	peerErr    []error
 	err        error
 
-	// Desync checks (desync.go), guarded by mu.
-	call, prevCall *Call     // the collective this rank runs (Track), and the one before
-	early          [][]Stamp // by source: stamps of messages for collectives not started here
-	nEarly         int       // stamps in early
-	collErr        error     // fails receives of collective tags (FailCollectives)
-	onDesync       func(*DesyncError)
+	// Desync checks (desync.go), guarded by mu: this transport's group's
+	// and those of the child groups sharing it (GroupTag), by id.
+	root       tracking
+	groups     map[uint16]*tracking
+	anyCollErr bool // some group's collectives failed (tracking.collErr)
+	anyGone    bool // some child group closed (ForgetGroup)
 
 	onStuck func(peer int) // guarded by mu; see SetOnStuck
 	helper  Helper         // guarded by mu; see SetHelper
@@ -128,7 +128,7 @@ func NewMailbox(size int) *Mailbox {
 		unexpected: map[key][]message{},
 		inflight:   map[int]*Delivery{},
 		peerErr:    make([]error, size),
-		early:      make([][]Stamp, size),
+		root:       tracking{early: make([][]Stamp, size)},
 	}
 }
 
@@ -348,11 +348,13 @@ func (mb *Mailbox) post(peer int, tag Tag, buf []byte, f *Fold) *Recv {
 		runHook(hook, r)
 		return r
 	}
-	if mb.collErr != nil && tag.Collective() {
-		hook := mb.complete(r, peer, &PeerError{Op: "recv", Peer: peer, Err: mb.collErr})
-		mb.mu.Unlock()
-		runHook(hook, r)
-		return r
+	if mb.anyCollErr && tag.Collective() {
+		if tr := mb.trackingOf(tag, false); tr != nil && tr.collErr != nil {
+			hook := mb.complete(r, peer, &PeerError{Op: "recv", Peer: tr.rankOf(peer), Err: tr.collErr})
+			mb.mu.Unlock()
+			runHook(hook, r)
+			return r
+		}
 	}
 	if src, m, ok := mb.takeUnexpected(peer, tag); ok {
 		err := m.deliver(src, buf, f)

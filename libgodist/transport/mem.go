@@ -88,6 +88,12 @@ func (t *memTransport) Track(c *Call) *DesyncError { return t.net.boxes[t.rank].
 
 func (t *memTransport) SetOnDesync(f func(*DesyncError)) { t.net.boxes[t.rank].SetOnDesync(f) }
 
+func (t *memTransport) GroupTracker(id uint16, back []int) Tracker {
+	return t.net.boxes[t.rank].GroupTracker(id, back)
+}
+
+func (t *memTransport) ForgetGroup(id uint16) { t.net.boxes[t.rank].ForgetGroup(id) }
+
 func (t *memTransport) FailCollectives(err error) { t.net.boxes[t.rank].FailCollectives(err) }
 
 func (t *memTransport) PostRecv(peer int, tag Tag, buf []byte) *Recv {

@@ -173,7 +173,19 @@ func (s Stamp) String() string {
 // the engine's algorithms or of an offload), which carries its Stamp.
 func (t Tag) Collective() bool {
 	k := t >> 60
+	if k == kindGroup {
+		k = t >> 40 & 0xf
+	}
 	return k == kindColl || k == kindOffload
+}
+
+// group is the id of the child group whose tag t is (GroupTag), 0 for the
+// transport's own group.
+func (t Tag) group() uint16 {
+	if t>>60 != kindGroup {
+		return 0
+	}
+	return uint16(t >> 44)
 }
 
 // Call is what a collective tells the transport about itself: its Stamp

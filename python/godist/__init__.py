@@ -90,7 +90,7 @@ def _split_from_world(dist_opts, name: str):
     if (type(world) is not Group or world._closed or world._size != dist.get_world_size()
             or world._rank not in ranks or ranks.index(world._rank) != dist_opts.group_rank):
         return None
-    return world.split(ranks, dist_opts.timeout, name)
+    return world.split(ranks, dist_opts.timeout, name, store=dist_opts.store)
 
 
 def monitored_barrier(group: dist.ProcessGroup | None = None, timeout: datetime.timedelta | None = None,

@@ -18,6 +18,7 @@ import threading
 import weakref
 
 import torch
+from torch.distributed import PrefixStore
 
 from . import _desync, _dump, _errors, _flight, _lib, _log, _native, _rendezvous, _types
 from ._group_ops import GroupOps
@@ -143,18 +144,22 @@ class Group(GroupOps):
             _live.add(self)
             _by_name[self._name] = self
 
-    def split(self, ranks, timeout: datetime.timedelta | None = None, group_name: str = "") -> "Group":
+    def split(self, ranks, timeout: datetime.timedelta | None = None, group_name: str = "", store=None) -> "Group":
         """The child group of ``ranks`` (this group's ranks, in the child's
         rank order, this rank among them) on this group's connections: no
         rendezvous, one exchange among its ranks. Every rank of this group
-        splits in the same order, each with its own child's ranks."""
+        splits in the same order, each with its own child's ranks. ``store``
+        is the child's (its NCCL communicator meets there); default: this
+        group's, under a prefix of the child's name."""
         ranks = [int(r) for r in ranks]
         if self._rank not in ranks:
             raise ValueError(f"godist: split: rank {self._rank} is not among the child's ranks {ranks}")
         lib = _lib.load()
+        name = group_name or f"{self._name}:split"
+        if store is None and self._store is not None:
+            store = PrefixStore(f"godist-split/{name}/", self._store)
         child = Group.__new__(Group)
-        child._fields(self._store, ranks.index(self._rank), len(ranks), timeout or self._timeout,
-                      group_name or f"{self._name}:split")
+        child._fields(store, ranks.index(self._rank), len(ranks), timeout or self._timeout, name)
         h = ctypes.c_uint64()
         lib.pg_split(self._h, (ctypes.c_int32 * len(ranks))(*ranks), len(ranks), child._name.encode(),
                      child._timeout_ms(), ctypes.byref(h))

@@ -153,8 +153,7 @@ class GodistProcessGroup(OnGroup, _PG):
             b._splits += 1
             name = group_name or f"{self._g._name}:split:{n}"
             g = self._g.split(ranks, timeout or getattr(opts, "_timeout", None) or self._g._timeout, name)
-            store = dist.PrefixStore(f"godist-split/{name}/", self._g._store) if self._g._store is not None else None
-            child = GodistProcessGroup(store, g._rank, g._size, group=g)
+            child = GodistProcessGroup(g._store, g._rank, g._size, group=g)
             child._set_group_name(name)
             if group_desc:
                 child._set_group_desc(group_desc)

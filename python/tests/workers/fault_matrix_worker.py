@@ -505,13 +505,23 @@ def sc_store(rank: Rank):
                 run_plan(c["seed"], 60, rank, out)
             except Exception as e:  # noqa: BLE001
                 out["train_error"] = describe(e)
-            start = time.monotonic()
+            # new_group splits from the world: no store needed.
             try:
                 g = dist.new_group(list(range(rank.n)), timeout=datetime.timedelta(seconds=rank.timeout))
-                dist.barrier(group=g)
-                out["new_group"] = "formed"
+                t = torch.ones(10)
+                dist.all_reduce(t, group=g)
+                out["new_group"] = t[0].item()
+                del g  # it holds the store (torch's client socket) until released
             except Exception as e:  # noqa: BLE001
-                out["new_group_error"] = describe(e, start)
+                out["new_group_error"] = describe(e)
+            # A group formed through the store fails, saying so.
+            start = time.monotonic()
+            try:
+                godist.GodistProcessGroup(dist.PrefixStore("after-kill", store), rank.rank, rank.n,
+                                          datetime.timedelta(seconds=rank.timeout), group_name="after-kill")
+                out["store_group"] = "formed"
+            except Exception as e:  # noqa: BLE001
+                out["store_group_error"] = describe(e, start)
             # The old group still works.
             try:
                 t = torch.ones(10)
