@@ -30,7 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from . import _errors, _lib
+from . import _errors, _futures, _lib
 
 _WAIT_SLICE_MS = 100
 _yield = getattr(os, "sched_yield", lambda: None)
@@ -60,6 +60,7 @@ class GodistWork(dist._Work):
     _exc = None
     _source = -1
     _fut = None
+    _tfut = None  # the future of a half-precision op, holding a TensorList (godist._futures)
     _group = None  # set while the completion thread owns the op
 
     def __init__(self, op: str, outputs, done: bool = False, source: int = -1):
@@ -145,6 +146,17 @@ class GodistWork(dist._Work):
                     _errors.TIMEOUT)
 
     def get_future(self):
+        if self._tfut is not None:
+            return self._tfut
+        if self._fut is None and self._exc is None and _futures.wanted(self._outputs):
+            # Typed for torch's C++ (the built-in compress hooks); completed
+            # by TorchScript, not by this work.
+            typed = _futures.finished(self._outputs) if self._done else _futures.pending(self)
+            if typed is not None:
+                with _lazy_lock:
+                    if self._tfut is None:
+                        self._tfut = typed
+                    return self._tfut
         now = False
         with _lazy_lock:
             fut = self._fut

@@ -205,34 +205,30 @@ def test_ddp_matches_gloo(cfg, n):
 def _builtin_fp16_worker(rank, n, init_file):
     gloo = init(rank, n, init_file)
     gloo_p = _ddp_train("builtin_fp16", gloo, rank)
-    try:
-        godist_p = _ddp_train("builtin_fp16", dist.group.WORLD, rank)
-    except RuntimeError as e:
-        return {"error": str(e)}
-    return {"error": None, "max_diff": (godist_p - gloo_p).abs().max().item(),
-            "godist_identical": _identical_across_ranks(godist_p, gloo)}
-
-
-FP16_BUILTIN_REASON = (
-    "torch limitation: the built-in C++ FP16_COMPRESS comm hook (default_comm_hooks.cpp) asserts that "
-    "ProcessGroup::allreduce's future holds a C++ TensorList. A Python ProcessGroup can only complete a "
-    "torch.futures.Future, whose value is always a PyObject IValue (the constructor takes no type), so this "
-    "hook fails with every Python process group. Use the Python default_hooks.fp16_compress_hook instead "
-    "(test_ddp_matches_gloo[hook_fp16_py]).")
+    godist_p = _ddp_train("builtin_fp16", dist.group.WORLD, rank)
+    # The work's future holds what torch's C++ reads (a TensorList), finished
+    # or pending, and fails with the op's error.
+    t = torch.full((8,), float(rank + 1), dtype=torch.float16)
+    done = dist.all_reduce(t, async_op=True)
+    done.wait()
+    pending = dist.all_reduce(torch.ones(1 << 20, dtype=torch.bfloat16), async_op=True)
+    futs = {"done": done.get_future(), "pending": pending.get_future()}
+    values = {k: f.wait() for k, f in futs.items()}
+    return {"max_diff": (godist_p - gloo_p).abs().max().item(),
+            "godist_identical": _identical_across_ranks(godist_p, gloo),
+            "moved": (godist_p - _flat(_make_branchy().parameters())).abs().max().item(),
+            "done": [v.tolist() for v in values["done"]], "pending": values["pending"][0][:3].tolist()}
 
 
 @pytest.mark.timeout(120)
-def test_ddp_builtin_fp16_compress_hook():
-    """Known limitation, not hidden: the run on gloo works, the one on godist
-    fails with torch's TensorList assertion."""
-    res = run_world(_builtin_fp16_worker, 2, timeout=90)
-    if all(r["error"] is None for r in res):  # torch lifted the restriction
-        for r in res:
-            assert r["godist_identical"] and r["max_diff"] < 5e-3, r
-        return
-    for r in res:
-        assert r["error"] is not None and "isTensorList" in r["error"], r
-    pytest.xfail(FP16_BUILTIN_REASON)
+@pytest.mark.parametrize("n", [2, 3])
+def test_ddp_builtin_fp16_compress_hook(n):
+    """DDP's built-in C++ FP16_COMPRESS hook (which reads its all_reduce's
+    future as a C++ TensorList) trains on godist as on gloo."""
+    for r in run_world(_builtin_fp16_worker, n, timeout=100):
+        assert r["godist_identical"] and r["moved"] > 1e-3 and r["max_diff"] < 5e-3, r
+        assert r["done"] == [[n * (n + 1) / 2] * 8], r
+        assert r["pending"] == [float(n)] * 3, r
 
 
 # --------------------------------------------------------------------------
