@@ -78,7 +78,7 @@ def _split_from_world(dist_opts, name: str):
     group when that is a godist group of the whole world (every rank of the
     new group calls this, in the order torch's ``new_group`` calls are
     made); None otherwise."""
-    from ._group import Group
+    from ._group import Group, _transport_choice
 
     ranks = [int(r) for r in (getattr(dist_opts, "global_ranks_in_group", None) or [])]
     if not ranks or not dist.is_initialized():
@@ -88,7 +88,8 @@ def _split_from_world(dist_opts, name: str):
     except (TypeError, RuntimeError, ValueError):
         return None
     if (type(world) is not Group or world._closed or world._size != dist.get_world_size()
-            or world._rank not in ranks or ranks.index(world._rank) != dist_opts.group_rank):
+            or world._rank not in ranks or ranks.index(world._rank) != dist_opts.group_rank
+            or _transport_choice() != world._transport):  # GODIST_TRANSPORT asks another path for this group
         return None
     return world.split(ranks, dist_opts.timeout, name, store=dist_opts.store)
 

@@ -77,12 +77,18 @@ class OnGroup:
     end_coalescing = _end_coalescing
 
 
+def _transport_choice() -> str:
+    """GODIST_TRANSPORT as a group made now takes it: auto, tcp or mpi."""
+    return os.environ.get("GODIST_TRANSPORT", "auto").strip().lower() or "auto"
+
+
 class Group(GroupOps):
     """A godist process group: its Go handle and its ops."""
 
     # The names this group is bound under in the native kernel of
     # torch.ops.godist.all_reduce_ (godist._native).
     _native_keys = frozenset()
+    _transport = "auto"  # GODIST_TRANSPORT when it was made (auto, tcp or mpi)
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta | None = None, group_name: str = ""):
         self._fields(store, rank, size, timeout, group_name)
@@ -93,8 +99,8 @@ class Group(GroupOps):
         bind = os.environ.get("GODIST_BIND_ADDR", "").encode()
         ifname = os.environ.get("GODIST_SOCKET_IFNAME", "").encode()
         peer_host = (_rendezvous.store_host(store) or "").encode() if size > 1 else b""
-        transport = os.environ.get("GODIST_TRANSPORT", "auto").strip().lower()
-        if transport not in ("auto", "tcp", "mpi", ""):
+        transport = _transport_choice()
+        if transport not in ("auto", "tcp", "mpi"):
             raise ValueError(f"godist: GODIST_TRANSPORT={transport!r}: use 'auto' (shared memory between ranks on "
                              "one host, TCP otherwise), 'tcp' or 'mpi' (MPI's messages and collectives; under mpirun)")
         if transport == "mpi" and size > 1:
@@ -106,6 +112,7 @@ class Group(GroupOps):
                           peer_host or None, transport.encode() if transport in ("tcp", "mpi") else None,
                           ctypes.byref(h))
         self._h = h.value
+        self._transport = transport
         self._bind(lib)
         try:
             if size > 1:
@@ -160,6 +167,7 @@ class Group(GroupOps):
             store = PrefixStore(f"godist-split/{name}/", self._store)
         child = Group.__new__(Group)
         child._fields(store, ranks.index(self._rank), len(ranks), timeout or self._timeout, name)
+        child._transport = self._transport
         h = ctypes.c_uint64()
         lib.pg_split(self._h, (ctypes.c_int32 * len(ranks))(*ranks), len(ranks), child._name.encode(),
                      child._timeout_ms(), ctypes.byref(h))
