@@ -6,12 +6,17 @@ package main
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"time"
 	"unsafe"
 
 	"github.com/godist/godist/libgodist"
 )
+
+func init() {
+	registerCode(statusUnsupported, func(err error) bool { return errors.Is(err, libgodist.ErrNotSplittable) })
+}
 
 // godist_pg_set_timeout sets the default deadline, in milliseconds, of the
 // group's operations submitted from now on.
@@ -53,6 +58,9 @@ func godist_pg_error(h C.uint64_t, status *C.int32_t, errbuf *C.char, errlen C.i
 // group's connections, without a rendezvous; every rank of this group
 // calls it in the same order, each with its own child's ranks. The child's
 // handle goes into *out.
+//
+// A group whose collectives cannot serve a child (libgodist.ErrNotSplittable)
+// answers statusUnsupported: form the child anew.
 //
 //export godist_pg_split
 func godist_pg_split(h C.uint64_t, ranks *C.int32_t, n C.int32_t, group *C.char, timeoutMs C.int64_t, out *C.uint64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {

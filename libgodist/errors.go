@@ -19,6 +19,10 @@ var (
 	ErrBroken = errors.New("process group is broken by an earlier error")
 	// ErrClosed is wrapped by errors of operations on a closed group.
 	ErrClosed = errors.New("process group is closed")
+	// ErrNotSplittable is returned by Split for a group whose offload
+	// cannot serve a child on its connections (several hosts' arenas, MPI's
+	// collectives): the child is better formed anew.
+	ErrNotSplittable = errors.New("the group's collectives cannot serve a child on its connections")
 )
 
 // invalidError is a bad-argument error; it matches ErrInvalid.

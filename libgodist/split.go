@@ -90,11 +90,12 @@ func readSplitMsg(b []byte) splitMsg {
 // rendezvous: its ranks agree on the child's tag space in one exchange of
 // a few bytes. Every rank of this group must call Split in the same order
 // (c10d's split_group is collective), each with the ranks of its own
-// child. Over shared memory the child gets an arena of its own, prepared by
-// its rank 0 before the exchange (backend.Splitter); otherwise it runs the
-// engine's algorithms over this group's connections. A child closes on
-// its own; the connections stay until every group that uses them has
-// closed.
+// child. Over shared memory the child gets an arena of its own, opened in
+// the background (backend.Splitter); a group without an offload gives it
+// the engine's algorithms over its connections; a group whose offload
+// cannot serve it (several hosts' arenas, MPI's collectives) returns
+// ErrNotSplittable, on every rank alike. A child closes on its own; the
+// connections stay until every group that uses them has closed.
 func (pg *ProcessGroup) Split(ranks []int, name string, timeout time.Duration) (*ProcessGroup, error) {
 	if err := pg.usable(); err != nil {
 		return nil, err
@@ -115,10 +116,12 @@ func (pg *ProcessGroup) Split(ranks []int, name string, timeout time.Duration) (
 	ctx, cancel := context.WithTimeout(pg.ctx, timeout)
 	defer cancel()
 	pg.mu.Lock()
-	sp, _ := pg.offload.(backend.Splitter)
+	off := pg.offload
 	pg.mu.Unlock()
-	if sp != nil && !sp.Serves(ranks) {
-		sp = nil
+	sp, _ := off.(backend.Splitter)
+	if off != nil && (sp == nil || !sp.Serves(ranks)) {
+		return nil, fmt.Errorf("godist: group %q: split_group into %q: %w (offload %s)", pg.cfg.Group, name, ErrNotSplittable,
+			off.Name())
 	}
 	mine := splitMsg{proposal: fam.reserve(), sum: ranksHash(ranks)}
 	id, first, err := pg.exchangeSplit(ctx, ranks, mine)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/godist/godist/assemble"
+	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 )
@@ -230,5 +231,30 @@ func TestSplitChildFindsDesyncAlone(t *testing.T) {
 				require.Equal(t, []int64{1111, 1111, 1111, 1111}, sumOn(t, pgs, []int64{1, 10, 100, 1000}))
 			})
 		}
+	}
+}
+
+// unsplittable is an offload that cannot serve a child (as several
+// hosts' arenas and MPI's collectives cannot).
+type unsplittable struct{ backend.Offload }
+
+func (unsplittable) Name() string { return "test" }
+
+func TestSplitRefusesWhereTheOffloadCannotServeAChild(t *testing.T) {
+	pgs, _ := group(t, 2, 2*time.Second)
+	for _, pg := range pgs {
+		pg.mu.Lock()
+		pg.offload = unsplittable{}
+		pg.mu.Unlock()
+	}
+	// Every rank refuses at once, before any exchange.
+	_, errs := splitAll(t, pgs, [][]int{{0, 1}, {0, 1}}, "c")
+	for r, err := range errs {
+		require.ErrorIs(t, err, ErrNotSplittable, "rank %d", r)
+	}
+	for _, pg := range pgs {
+		pg.mu.Lock()
+		pg.offload = nil
+		pg.mu.Unlock()
 	}
 }

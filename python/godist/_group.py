@@ -151,13 +151,16 @@ class Group(GroupOps):
             _live.add(self)
             _by_name[self._name] = self
 
-    def split(self, ranks, timeout: datetime.timedelta | None = None, group_name: str = "", store=None) -> "Group":
+    def split(self, ranks, timeout: datetime.timedelta | None = None, group_name: str = "",
+              store=None) -> "Group | None":
         """The child group of ``ranks`` (this group's ranks, in the child's
         rank order, this rank among them) on this group's connections: no
         rendezvous, one exchange among its ranks. Every rank of this group
         splits in the same order, each with its own child's ranks. ``store``
         is the child's (its NCCL communicator meets there); default: this
-        group's, under a prefix of the child's name."""
+        group's, under a prefix of the child's name. None, on every rank
+        alike, where this group's collectives cannot serve a child (several
+        hosts' arenas, MPI's collectives): form it anew through a store."""
         ranks = [int(r) for r in ranks]
         if self._rank not in ranks:
             raise ValueError(f"godist: split: rank {self._rank} is not among the child's ranks {ranks}")
@@ -169,8 +172,13 @@ class Group(GroupOps):
         child._fields(store, ranks.index(self._rank), len(ranks), timeout or self._timeout, name)
         child._transport = self._transport
         h = ctypes.c_uint64()
-        lib.pg_split(self._h, (ctypes.c_int32 * len(ranks))(*ranks), len(ranks), child._name.encode(),
-                     child._timeout_ms(), ctypes.byref(h))
+        try:
+            lib.pg_split(self._h, (ctypes.c_int32 * len(ranks))(*ranks), len(ranks), child._name.encode(),
+                         child._timeout_ms(), ctypes.byref(h))
+        except _errors.GodistError as e:
+            if e.code == _errors.UNSUPPORTED:
+                return None
+            raise
         child._h = h.value
         child._bind(lib)
         child._register()

@@ -202,7 +202,9 @@ class GodistBackend(OnGroup, _Base):
         name = getattr(opts, "group_name", "") or f"{self._g._name}:split:{n}"
         if type(self._g) is Group:
             # On this group's connections: no rendezvous.
-            return GodistBackend(group=self._g.split(ranks, timeout, name))
+            child = self._g.split(ranks, timeout, name)
+            if child is not None:
+                return GodistBackend(group=child)
         child_store = dist.PrefixStore(f"godist-split/{name}/", self._g._store)
         return GodistBackend(child_store, ranks.index(me), len(ranks), timeout, name)
 

@@ -153,11 +153,13 @@ class GodistProcessGroup(OnGroup, _PG):
             b._splits += 1
             name = group_name or f"{self._g._name}:split:{n}"
             g = self._g.split(ranks, timeout or getattr(opts, "_timeout", None) or self._g._timeout, name)
-            child = GodistProcessGroup(g._store, g._rank, g._size, group=g)
-            child._set_group_name(name)
-            if group_desc:
-                child._set_group_desc(group_desc)
-            return child
+            if g is not None:
+                child = GodistProcessGroup(g._store, g._rank, g._size, group=g)
+                child._set_group_name(name)
+                if group_desc:
+                    child._set_group_desc(group_desc)
+                return child
+            b._splits -= 1  # torch's split below reaches split, which counts it
         kwargs = {} if device_types is None else {"device_types": device_types}
         return _PG.split_group(self, ranks, timeout, opts, group_name, group_desc, **kwargs)
 
