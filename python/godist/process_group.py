@@ -52,8 +52,10 @@ class GodistProcessGroup(OnGroup, _PG):
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta | None = None, group_name: str = "",
                  *, group: Group | None = None, enable_reconfigure: bool = False):
-        if group is not None and store is not None:
-            super().__init__(store, rank, size)  # torch reads a split child's store (get_group_store)
+        if group is not None and store is not None and _HAS_BACKEND:
+            # torch (2.14+) reads a split child's store (get_group_store);
+            # before 2.14 a Python subclass cannot take this constructor.
+            super().__init__(store, rank, size)
         else:
             super().__init__(rank, size)
         if group is None:
