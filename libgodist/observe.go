@@ -250,3 +250,24 @@ func (s State) String() string {
 	}
 	return b.String()
 }
+
+// announceChild logs a split child's line, as announce does for a group
+// that made a rendezvous, once its offload (off, nil for none) is settled.
+func (pg *ProcessGroup) announceChild(parent string, off backend.Offload) {
+	if !glog.Enabled(glog.Info) {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "godist: group %q rank %d of %d: %s on %s; ", pg.cfg.Group, pg.cfg.Rank, pg.cfg.Size,
+		plural(pg.cfg.Size, "rank"), plural(max(len(pg.hosts), 1), "host"))
+	if off != nil {
+		fmt.Fprintf(&b, "collectives over %s", off.Name())
+	} else {
+		b.WriteString("collectives over the parent's connections")
+	}
+	if a := pg.Algorithms(); a != "" {
+		fmt.Fprintf(&b, "; %s", a)
+	}
+	fmt.Fprintf(&b, "; split from group %q in %v, no rendezvous", parent, time.Since(pg.created).Round(10*time.Microsecond))
+	glog.Infof("%s", b.String())
+}

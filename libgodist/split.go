@@ -136,7 +136,10 @@ func (pg *ProcessGroup) Split(ranks []int, name string, timeout time.Duration) (
 	if sp != nil {
 		o := &opening{done: make(chan struct{})}
 		child.opening.Store(o)
-		go child.openOffload(o, sp, backend.ChildSetup{Name: name, Key: first.proposal, Rank: me, Ranks: ranks, Table: &tune})
+		go child.openOffload(o, sp, backend.ChildSetup{Name: name, Key: first.proposal, Rank: me, Ranks: ranks, Table: &tune},
+			pg.cfg.Group)
+	} else {
+		child.announceChild(pg.cfg.Group, nil)
 	}
 	child.start(child.sub)
 	return child, nil
@@ -152,7 +155,7 @@ type opening struct {
 // openOffload opens a split child's offload through sp: the child's rank
 // 0 prepares it, every rank learns whether that worked (one agreement
 // over the child's connections), then every rank opens it.
-func (pg *ProcessGroup) openOffload(o *opening, sp backend.Splitter, cs backend.ChildSetup) {
+func (pg *ProcessGroup) openOffload(o *opening, sp backend.Splitter, cs backend.ChildSetup, parent string) {
 	ctx, cancel := context.WithTimeout(pg.ctx, pg.Timeout())
 	defer cancel()
 	var prep backend.Prepared
@@ -178,6 +181,8 @@ func (pg *ProcessGroup) openOffload(o *opening, sp backend.Splitter, cs backend.
 	if err != nil {
 		o.err = fmt.Errorf("opening its shared-memory arena: %w", err)
 		pg.breakWith(o.err)
+	} else {
+		pg.announceChild(parent, off)
 	}
 	close(o.done)
 	pg.opening.Store(nil)

@@ -63,12 +63,14 @@ def test_info_line_per_group(n):
     one_shot = {2: "64 KiB", 3: "28.4 KiB"}[n]
     for rank, (recs, cpus, algorithms) in enumerate(results):
         assert algorithms.startswith(f"all_reduce: one-shot up to {one_shot}, two-shot above; broadcast: "), algorithms
+        # The world's line, and its new_group's (split from it).
         lines = [m for lvl, m in recs if lvl == logging.INFO and "rendezvous" in m]
-        assert len(lines) == 2, recs
+        assert len(lines) == 2 and "no rendezvous" in lines[1], recs
         for m in lines:
             assert m.startswith(f"[rank {rank}] godist: group "), m
             assert f"rank {rank} of {n}: {n} ranks on 1 host" in m, m
-            assert "collectives over shm" in m and f"; {algorithms}; rendezvous" in m, m
+            assert "collectives over shm" in m and f"; {algorithms}; " in m, m
+        assert '; split from group "0" in ' in lines[1], lines
         assert not [m for lvl, m in recs if lvl == logging.DEBUG], recs
         oversub = [m for lvl, m in recs if lvl == logging.WARNING and "CPUs" in m]
         assert len(oversub) == (1 if n > cpus else 0), recs
