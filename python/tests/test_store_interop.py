@@ -220,14 +220,22 @@ def _pg_world(rank, n, init_file, port, backend, stores):
     t = torch.full((4,), float(rank + 1))
     dist.all_reduce(t)
     out["sum"] = t.tolist()
-    if rank == 2 and backend == "godist":
-        os.environ["GODIST_STORE_RENDEZVOUS"] = "0"  # this rank takes the Python path for the subgroup
-    g = dist.new_group(backend=backend)
-    os.environ.pop("GODIST_STORE_RENDEZVOUS", None)
+    g = dist.new_group(backend=backend)  # a godist world splits it: no rendezvous
+    out["new_group_stats"] = dict(_rendezvous.stats)
     t = torch.ones(2)
     dist.all_reduce(t, group=g)
     out["sub_sum"] = t.tolist()
     dist.barrier(group=g)
+    if backend == "godist":
+        # A group formed through the store, rank 2 on the Python path.
+        if rank == 2:
+            os.environ["GODIST_STORE_RENDEZVOUS"] = "0"
+        own = godist.GodistProcessGroup(dist.PrefixStore("own/", store), rank, n, timeout, group_name="own")
+        os.environ.pop("GODIST_STORE_RENDEZVOUS", None)
+        t = torch.ones(2)
+        own.allreduce([t]).wait()
+        out["own_sum"] = t.tolist()
+        own.shutdown()
     objs = [None] * n
     dist.all_gather_object(objs, rank)
     out["objs"] = objs
@@ -260,7 +268,9 @@ def test_init_godist_on_godist_tcpstore_uses_go_rendezvous():
     _check_pg(res)
     for r in res:
         assert r["init_stats"] == {"go": 1, "python": 0}, "the default group must rendezvous in Go"
-    # the subgroup: ranks 0 and 1 in Go, rank 2 forced onto the Python path; same keys, so they meet
+        assert r["new_group_stats"] == r["init_stats"], "new_group splits from the world without a rendezvous"
+        assert r["own_sum"] == [3.0] * 2
+    # a group through the store: ranks 0 and 1 in Go, rank 2 forced onto the Python path; same keys, so they meet
     assert res[0]["stats"] == res[1]["stats"] == {"go": 2, "python": 0}
     assert res[2]["stats"] == {"go": 1, "python": 1}
 
