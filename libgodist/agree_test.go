@@ -44,7 +44,7 @@ func TestLateRankAfterPeerGaveUp(t *testing.T) {
 type silentPeer struct{ transport.Transport }
 
 func (s silentPeer) Send(ctx context.Context, peer int, tag transport.Tag, data []byte) error {
-	if uint64(tag)>>60 == uint64(transport.ControlTag(0))>>60 && uint64(tag)&(1<<60-1) >= 1<<40 {
+	if uint64(tag)>>60 == uint64(transport.ControlTag(0))>>60 && uint64(tag)&(1<<60-1) >= 1<<24 {
 		return nil // an answer: dropped
 	}
 	return s.Transport.Send(ctx, peer, tag, data)
