@@ -97,6 +97,15 @@ func runDesyncOn(t *testing.T, pgs []*ProcessGroup, usual, odd call, next bool) 
 	return errs, took
 }
 
+// rank1SendsMore is an all_to_all in which rank 1 sends rank 0 one element
+// more than the others send each other.
+var rank1SendsMore = allToAllOf(func(r, to int) int {
+	if r == 1 && to == 0 {
+		return 3
+	}
+	return 2
+})
+
 func TestDesyncEveryRankFailsInTheOp(t *testing.T) {
 	cases := []struct {
 		name       string
@@ -113,12 +122,7 @@ func TestDesyncEveryRankFailsInTheOp(t *testing.T) {
 			"rank 1 called all_reduce(float32[8], MAX) where rank 0 called all_reduce(float32[8], SUM)"},
 		{"all_gather dtype", allGatherOf(16, reduce.Float32), allGatherOf(16, reduce.Int32),
 			"rank 1 called all_gather(int32[16] per rank) where rank 0 called all_gather(float32[16] per rank)"},
-		{"all_to_all splits", allToAllOf(func(r, to int) int { return 2 }), allToAllOf(func(r, to int) int {
-			if r == 1 && to == 0 {
-				return 3
-			}
-			return 2
-		}), "rank 1 called all_to_all(float32, 3 elements to rank 0, 2 from it) where rank 0 called all_to_all(float32, 2 elements to rank 1, 2 from it)"},
+		{"all_to_all splits", allToAllOf(func(r, to int) int { return 2 }), rank1SendsMore, "rank 1 called all_to_all(float32, 3 elements to rank 0, 2 from it) where rank 0 called all_to_all(float32, 2 elements to rank 1, 2 from it)"},
 	}
 	for _, tc := range cases {
 		for _, n := range []int{2, 3} {
