@@ -335,6 +335,10 @@ func (pg *ProcessGroup) shutdown(abortErr error) {
 		pg.mu.Unlock()
 		pg.closeDevice(abortErr)
 		if abortErr != nil && tr != nil {
+			// A give-up or desync notice on its way goes out before the
+			// abort: a child group's abort leaves the connections open, so
+			// its peers learn of the failure from the notice alone.
+			waitAtMost(&pg.telling, farewellWait)
 			tr.Abort(abortErr)
 		}
 		if abortErr != nil && off != nil {
@@ -382,4 +386,21 @@ func (pg *ProcessGroup) leaveFamily(closeAll func()) {
 		return
 	}
 	f.release(closeAll)
+}
+
+// waitAtMost waits for wg, or for d to pass; it reports whether wg was done.
+func waitAtMost(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }

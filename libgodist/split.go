@@ -1,6 +1,7 @@
 package libgodist
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -61,6 +62,44 @@ func (f *family) release(closeRoot func()) {
 	if run != nil {
 		run()
 	}
+}
+
+// groupLeftTag carries a rank's notice that it left a child group: the
+// child's id (2 bytes, little endian), then why it aborted ("" for a
+// close), NUL-padded to groupLeftSize.
+var groupLeftTag = transport.ControlTag(5)
+
+const groupLeftSize = 256
+
+// listen takes the notices of peers that left a child (groupLeftTag) for
+// as long as the connections live: the child's receives from that peer
+// then fail, as a closed connection fails a store-formed group's.
+func (f *family) listen() {
+	gt, ok := f.root.(transport.GroupTracking)
+	if !ok {
+		return
+	}
+	buf := make([]byte, groupLeftSize)
+	var post func()
+	post = func() {
+		f.root.PostRecv(transport.AnySource, groupLeftTag, buf).OnDone(func(r *transport.Recv) {
+			if r.Err() != nil {
+				return
+			}
+			id := binary.LittleEndian.Uint16(buf[:2])
+			why := buf[2:]
+			if i := bytes.IndexByte(why, 0); i >= 0 {
+				why = why[:i]
+			}
+			err := transport.ErrPeerGone
+			if len(why) > 0 {
+				err = fmt.Errorf("%w: it aborted the group: %s", transport.ErrPeerGone, why)
+			}
+			gt.PeerLeftGroup(id, r.Source(), err)
+			post()
+		})
+	}
+	post()
 }
 
 // splitTag carries Split's exchanges. One tag serves every split: the
@@ -271,6 +310,7 @@ func (pg *ProcessGroup) family() *family {
 	defer pg.mu.Unlock()
 	if pg.fam == nil {
 		pg.fam = &family{root: pg.tr, next: 1, refs: 1}
+		pg.fam.listen()
 	}
 	return pg.fam
 }

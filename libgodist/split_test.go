@@ -175,6 +175,48 @@ func TestSplitChildClosesAndAbortsAlone(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 }
 
+func TestSplitChildsPeersLearnThatARankLeft(t *testing.T) {
+	// A rank that aborts or closes a child leaves the connections open;
+	// its peers in the child fail their receives from it at once, as a
+	// closed connection fails a store-formed group's, not at their timeout.
+	for _, tr := range []string{"mem", assemble.TransportAuto, assemble.TransportTCP} {
+		t.Run(map[string]string{"mem": "mem", assemble.TransportAuto: "auto", assemble.TransportTCP: "tcp"}[tr], func(t *testing.T) {
+			var pgs []*ProcessGroup
+			if tr == "mem" {
+				pgs, _ = group(t, 3, 20*time.Second)
+			} else {
+				pgs = connectGroup(t, 3, tr, nil)
+			}
+			lists := [][]int{{0, 1}, {0, 1}, {2}}
+			kids, errs := splitAll(t, pgs, lists, "c")
+			requireAllOK(t, errs)
+			w, err := kids[1].Recv(make([]byte, 8), 0, 3, Opts{})
+			require.NoError(t, err)
+			start := time.Now()
+			kids[0].Abort(errors.New("stop here"))
+			err = w.Err()
+			require.ErrorIs(t, err, transport.ErrPeerGone)
+			require.ErrorContains(t, err, "rank 0")
+			require.ErrorContains(t, err, "stop here")
+			require.Less(t, time.Since(start), 2*time.Second)
+
+			kids, errs = splitAll(t, pgs, lists, "d")
+			requireAllOK(t, errs)
+			require.Equal(t, []int64{11, 11, 100}, sumOn(t, kids, []int64{1, 10, 100}))
+			require.NoError(t, kids[0].Close())
+			start = time.Now()
+			w, err = kids[1].AllReduce(i64s(1, 2), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
+			if err == nil {
+				err = w.Err()
+			}
+			require.ErrorIs(t, err, transport.ErrPeerGone)
+			require.Less(t, time.Since(start), 2*time.Second)
+			// The parent and the other ranks' groups go on.
+			require.Equal(t, []int64{111, 111, 111}, sumOn(t, pgs, []int64{1, 10, 100}))
+		})
+	}
+}
+
 func TestSplitIDsStayApartAcrossOverlappingChildren(t *testing.T) {
 	// Ranks 0 and 1 split twice among themselves before a child of 0
 	// and 2: rank 0 has used more ids than rank 2, and the child takes

@@ -2,6 +2,7 @@ package libgodist
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync"
 
@@ -188,8 +189,9 @@ func (s *subTransport) track(rv *transport.Recv) {
 	s.pruneAt = 2*len(live) + 64
 }
 
-// end fails the child's pending and later operations with err. Idempotent.
-func (s *subTransport) end(err error) {
+// end fails the child's pending and later operations with err, and tells
+// its peers (why: "" for a close, else why it aborted). Idempotent.
+func (s *subTransport) end(err error, why string) {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
@@ -206,11 +208,30 @@ func (s *subTransport) end(err error) {
 	if g, ok := s.root.(transport.GroupTracking); ok {
 		g.ForgetGroup(s.id) // its peers' late messages are dropped
 	}
+	s.tellLeft(why)
+}
+
+// tellLeft tells the child's other ranks that this rank left it, why
+// being "" for a close, so that their receives from it fail as a closed
+// connection would fail them (family.listen). It waits at most
+// farewellWait for slow peers.
+func (s *subTransport) tellLeft(why string) {
+	var b [groupLeftSize]byte
+	binary.LittleEndian.PutUint16(b[:2], s.id)
+	copy(b[2:len(b)-1], why)
+	ctx, cancel := context.WithTimeout(context.Background(), farewellWait)
+	defer cancel()
+	me := s.ranks[s.rank]
+	for _, r := range s.ranks {
+		if r != me {
+			_ = s.root.Send(ctx, r, groupLeftTag, b[:])
+		}
+	}
 }
 
 // Close ends the child's receives; the shared connections stay.
 func (s *subTransport) Close() error {
-	s.end(fmt.Errorf("%w: the group was closed", transport.ErrClosed))
+	s.end(fmt.Errorf("%w: the group was closed", transport.ErrClosed), "")
 	return nil
 }
 
@@ -219,7 +240,11 @@ func (s *subTransport) Abort(err error) {
 	if err == nil {
 		err = transport.ErrClosed
 	}
-	s.end(err)
+	why := err.Error()
+	if why == "" {
+		why = "aborted"
+	}
+	s.end(err, why)
 }
 
 // PathTo names how the parent reaches the child's peer.

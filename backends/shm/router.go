@@ -159,5 +159,9 @@ func (rt *router) GroupTracker(id uint16, back []int) transport.Tracker {
 
 func (rt *router) ForgetGroup(id uint16) { rt.under.Mailbox().ForgetGroup(id) }
 
+func (rt *router) PeerLeftGroup(id uint16, src int, err error) {
+	rt.under.Mailbox().PeerLeftGroup(id, src, err)
+}
+
 func (rt *router) Close() error    { return rt.under.Close() }
 func (rt *router) Abort(err error) { rt.under.Abort(err) }

@@ -326,6 +326,10 @@ func (t *Transport) GroupTracker(id uint16, back []int) transport.Tracker {
 
 func (t *Transport) ForgetGroup(id uint16) { t.mb.ForgetGroup(id) }
 
+func (t *Transport) PeerLeftGroup(id uint16, src int, err error) {
+	t.mb.PeerLeftGroup(id, src, err)
+}
+
 // PostRecv posts a receive.
 func (t *Transport) PostRecv(peer int, tag transport.Tag, buf []byte) *transport.Recv {
 	return t.mb.Post(peer, tag, buf)

@@ -60,6 +60,9 @@ type GroupTracking interface {
 	GroupTracker(id uint16, back []int) Tracker
 	// ForgetGroup drops child id's state; its later messages are dropped.
 	ForgetGroup(id uint16)
+	// PeerLeftGroup records that the transport's rank src closed or
+	// aborted child id: the child's receives from src fail with err.
+	PeerLeftGroup(id uint16, src int, err error)
 }
 
 // tracking is the desync state of one group's collectives on a mailbox:
@@ -70,8 +73,9 @@ type tracking struct {
 	nEarly         int       // stamps in early
 	collErr        error     // fails receives of the group's collective tags (FailCollectives)
 	onDesync       func(*DesyncError)
-	back           []int // transport rank -> group rank; nil for the root
-	gone           bool  // a child that closed: its messages are dropped
+	back           []int   // transport rank -> group rank; nil for the root
+	gone           bool    // a child that closed: its messages are dropped
+	left           []error // by source (transport rank): why that rank left this child (PeerLeftGroup)
 }
 
 func newTracking(size int) *tracking { return &tracking{early: make([][]Stamp, size)} }
@@ -139,6 +143,59 @@ func (mb *Mailbox) ForgetGroup(id uint16) {
 	*tr = tracking{gone: true, back: tr.back}
 	mb.anyGone = true
 	mb.mu.Unlock()
+}
+
+// PeerLeftGroup records that the transport's rank src closed or aborted
+// child group id: the child's posted receives from src fail with err, and
+// so do later ones that find no message from src stored (messages that
+// arrived before stay receivable, its farewell among them). The first
+// error recorded for src wins.
+func (mb *Mailbox) PeerLeftGroup(id uint16, src int, err error) {
+	if id == 0 || src < 0 || src >= mb.size {
+		return
+	}
+	mb.mu.Lock()
+	tr := mb.trackingOf(GroupTag(id, 0), true)
+	if tr.gone {
+		mb.mu.Unlock()
+		return
+	}
+	if tr.left == nil {
+		tr.left = make([]error, mb.size)
+	}
+	if tr.left[src] == nil {
+		tr.left[src] = err
+	}
+	err = tr.left[src]
+	mb.anyLeft = true
+	var failed []*Recv
+	for k, q := range mb.posted {
+		if k.src == src && k.tag.group() == id {
+			failed = append(failed, q...)
+			delete(mb.posted, k)
+		}
+	}
+	hooks := make([]func(*Recv), len(failed))
+	for i, r := range failed {
+		hooks[i] = mb.complete(r, src, &PeerError{Op: "recv", Peer: tr.rankOf(src), Err: err})
+	}
+	mb.mu.Unlock()
+	for i, r := range failed {
+		runHook(hooks[i], r)
+	}
+}
+
+// leftErr is why peer left tag's child group, if it did. Called with
+// mb.mu held.
+func (mb *Mailbox) leftErr(peer int, tag Tag) (int, error) {
+	if !mb.anyLeft || peer == AnySource || tag.group() == 0 {
+		return 0, nil
+	}
+	tr := mb.trackingOf(tag, false)
+	if tr == nil || tr.left == nil || tr.left[peer] == nil {
+		return 0, nil
+	}
+	return tr.rankOf(peer), tr.left[peer]
 }
 
 func (mb *Mailbox) groupTracker(id uint16) groupTracker { return groupTracker{mb: mb, id: id} }

@@ -35,6 +35,7 @@ type Mailbox struct {
 	groups     map[uint16]*tracking
 	anyCollErr bool // some group's collectives failed (tracking.collErr)
 	anyGone    bool // some child group closed (ForgetGroup)
+	anyLeft    bool // some peer left a child group (PeerLeftGroup)
 
 	onStuck func(peer int) // guarded by mu; see SetOnStuck
 	helper  Helper         // guarded by mu; see SetHelper
@@ -359,6 +360,12 @@ func (mb *Mailbox) post(peer int, tag Tag, buf []byte, f *Fold) *Recv {
 	if src, m, ok := mb.takeUnexpected(peer, tag); ok {
 		err := m.deliver(src, buf, f)
 		hook := mb.complete(r, src, err)
+		mb.mu.Unlock()
+		runHook(hook, r)
+		return r
+	}
+	if at, err := mb.leftErr(peer, tag); err != nil {
+		hook := mb.complete(r, peer, &PeerError{Op: "recv", Peer: at, Err: err})
 		mb.mu.Unlock()
 		runHook(hook, r)
 		return r

@@ -94,6 +94,10 @@ func (t *memTransport) GroupTracker(id uint16, back []int) Tracker {
 
 func (t *memTransport) ForgetGroup(id uint16) { t.net.boxes[t.rank].ForgetGroup(id) }
 
+func (t *memTransport) PeerLeftGroup(id uint16, src int, err error) {
+	t.net.boxes[t.rank].PeerLeftGroup(id, src, err)
+}
+
 func (t *memTransport) FailCollectives(err error) { t.net.boxes[t.rank].FailCollectives(err) }
 
 func (t *memTransport) PostRecv(peer int, tag Tag, buf []byte) *Recv {

@@ -171,3 +171,56 @@ def test_children_are_made_without_a_rendezvous():
     assert worst["split"] * 4 < worst["rendezvous"], worst
     assert worst["new_group"] * 4 < worst["rendezvous"], worst
     assert worst["split"] < worst["gloo_split"], worst
+
+
+def _left_worker(rank, n, init_file):
+    gloo = init(rank, n, init_file)
+    out = {}
+    for how in ("abort", "destroy"):
+        g = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=60))
+        if rank < 2:
+            dist.all_reduce(torch.ones(4), group=g)  # the child works
+        t = torch.ones(4)
+        if rank == 1:
+            # Waiting for rank 0 when it leaves (abort), or coming after it
+            # left (destroy): an error naming rank 0, long before the timeout.
+            if how == "destroy":
+                dist.barrier(group=gloo)
+            start = time.monotonic()
+            try:
+                dist.all_reduce(t, group=g)
+                out[how] = {"result": t.tolist()}
+            except Exception as e:  # noqa: BLE001
+                out[how] = {"error": str(e), "elapsed": time.monotonic() - start}
+        elif rank == 0:
+            if how == "abort":
+                time.sleep(0.5)
+                g._get_backend(torch.device("cpu")).abort()
+            else:
+                dist.destroy_process_group(g)
+                dist.barrier(group=gloo)
+        else:
+            if how == "destroy":
+                dist.barrier(group=gloo)
+        dist.barrier(group=gloo)
+        # The parent goes on.
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        assert t.tolist() == [3.0, 3.0], t
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_a_rank_leaving_a_child_fails_its_peers_at_once(transport):
+    """A rank that aborts or destroys a child made on the parent's
+    connections leaves them open; its peers in the child learn at once
+    that it left (long before the child's 60 s timeout), as over a closed
+    connection of a group of its own."""
+    res = run_world(_left_worker, 3, timeout=100, env={"GODIST_TRANSPORT": transport})
+    for how, r in res[1].items():
+        assert "error" in r, (how, r)
+        assert "rank 0" in r["error"], (how, r)
+        if transport == "tcp":
+            assert "shut the group down" in r["error"], (how, r)
+        assert r["elapsed"] < 10, (how, r)
