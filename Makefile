@@ -98,7 +98,7 @@ test-go: lint $(STAMP)
 
 # Every Go fuzz target (found by tools/fuzz.sh) for FUZZTIME each, from the
 # seeds in the targets and their testdata/fuzz corpora.
-FUZZTIME ?= 15s
+FUZZTIME ?= 10s
 fuzz: deps
 	GO=$(GO) FUZZTIME=$(FUZZTIME) tools/fuzz.sh
 
