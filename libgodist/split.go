@@ -151,9 +151,6 @@ func (pg *ProcessGroup) Split(ranks []int, name string, timeout time.Duration) (
 	if len(ranks) == 1 {
 		return NewWithTransport(cfg, transport.NewMemNetwork(1).Transport(0))
 	}
-	fam := pg.family()
-	ctx, cancel := context.WithTimeout(pg.ctx, timeout)
-	defer cancel()
 	pg.mu.Lock()
 	off := pg.offload
 	pg.mu.Unlock()
@@ -162,6 +159,9 @@ func (pg *ProcessGroup) Split(ranks []int, name string, timeout time.Duration) (
 		return nil, fmt.Errorf("godist: group %q: split_group into %q: %w (offload %s)", pg.cfg.Group, name, ErrNotSplittable,
 			off.Name())
 	}
+	fam := pg.family()
+	ctx, cancel := context.WithTimeout(pg.ctx, timeout)
+	defer cancel()
 	mine := splitMsg{proposal: fam.reserve(), sum: ranksHash(ranks)}
 	id, first, err := pg.exchangeSplit(ctx, ranks, mine)
 	if err == nil && id > transport.MaxGroupID {
