@@ -19,14 +19,24 @@ TIMEOUT_S = 3
 
 
 def skip_worker(rank, n, init_file, op, late=0.0):
+    import datetime
+
     init(rank, n, init_file, timeout_s=TIMEOUT_S, gloo_group=False)
+    store = dist.distributed_c10d._get_default_store()
     dist.barrier()
     missing = n - 1
     if rank == missing:
-        time.sleep(TIMEOUT_S + late + 3)  # never joins; stays alive
+        # Never joins; stays alive until every other rank has its answer.
+        store.wait([f"answered{r}" for r in range(missing)], datetime.timedelta(seconds=TIMEOUT_S + late + 60))
         return None
     if rank == 1:
         time.sleep(late)  # rank 0 times out and leaves first
+    out = _skipped_op(n, op, missing)
+    store.set(f"answered{rank}", "1")
+    return out
+
+
+def _skipped_op(n, op, missing):
     t = torch.ones(8)
     start = time.monotonic()
     try:
