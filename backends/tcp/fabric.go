@@ -19,7 +19,8 @@ import (
 // ones dial) once every rank's record is known.
 type Fabric struct {
 	choice Choice
-	key    *auth.Key // the job secret's when the fabric was made; nil: none
+	key    *auth.Key  // the job secret's when the fabric was made; nil: none
+	cfg    *NetConfig // the setting choice was made for, if it came from the cache (choices)
 
 	mu sync.Mutex
 	ln *Listener // nil before Describe and after Connect or Close
@@ -30,12 +31,27 @@ var _ backend.Fabric = (*Fabric)(nil)
 // NewFabric returns a fabric that listens where Choose(cfg) says; a
 // setting that cannot be used is a *SettingError.
 func NewFabric(cfg NetConfig) (*Fabric, error) {
+	if c, ok := choices.Load(cfg); ok {
+		f := NewFabricChoice(c.(Choice))
+		f.cfg = &cfg
+		return f, nil
+	}
 	c, err := Choose(cfg)
 	if err != nil {
 		return nil, err
 	}
+	choices.Store(cfg, c)
 	return NewFabricChoice(c), nil
 }
+
+// choices holds Choose's answer for each setting this process made a
+// fabric for: a host's interfaces and routes stay as they are while a job
+// runs (NCCL picks its interfaces once per process too), and a group
+// re-created on every membership change would otherwise ask the kernel
+// again each time (a netlink dump per interface, and a name lookup for a
+// store host given by name). A cached choice whose addresses no longer
+// bind is dropped and made anew (Describe).
+var choices sync.Map // NetConfig -> Choice
 
 // NewFabricChoice returns a fabric that listens and publishes as c says,
 // authenticating its connections with the job secret if there is one
@@ -58,6 +74,18 @@ func (f *Fabric) Name() string { return "tcp" }
 func (f *Fabric) Describe(rec *wire.PeerRecord) error {
 	ln, err := Listen(Config{Rank: int(rec.Rank), Size: int(rec.WorldSize), Group: rec.Group, Hosts: f.choice.hosts(),
 		Key: f.key})
+	if err != nil && f.cfg != nil {
+		// The cached choice went stale (an address left this host).
+		choices.Delete(*f.cfg)
+		c, cerr := Choose(*f.cfg)
+		if cerr != nil {
+			return cerr
+		}
+		choices.Store(*f.cfg, c)
+		f.choice, f.cfg = c, nil
+		ln, err = Listen(Config{Rank: int(rec.Rank), Size: int(rec.WorldSize), Group: rec.Group, Hosts: f.choice.hosts(),
+			Key: f.key})
+	}
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/godist/godist/libgodist/wire"
 )
 
 func addrs(ss ...string) []netip.Addr {
@@ -288,4 +290,30 @@ func TestChooseOnThisHost(t *testing.T) {
 	assert.NotEmpty(t, c.Publish[0].Iface)
 	_, err = Choose(NetConfig{BindAddr: "203.0.113.7"})
 	assert.ErrorContains(t, err, `GODIST_BIND_ADDR="203.0.113.7": no interface of this host has this address`)
+}
+
+// TestNewFabricKeepsItsChoice: a process makes its choice once per
+// setting; a cached one that no longer binds is made anew.
+func TestNewFabricKeepsItsChoice(t *testing.T) {
+	cfg := NetConfig{PeerHost: "127.0.0.1", Ifname: "", BindAddr: ""}
+	choices.Delete(cfg)
+	f1, err := NewFabric(cfg)
+	require.NoError(t, err)
+	assert.Nil(t, f1.cfg) // made here
+	f2, err := NewFabric(cfg)
+	require.NoError(t, err)
+	require.NotNil(t, f2.cfg) // from the cache
+	assert.Equal(t, f1.Choice(), f2.Choice())
+
+	// An address that left the host: Describe chooses again and listens.
+	gone := Local{Addr: netip.MustParseAddr("203.0.113.7"), Iface: "gone0"}
+	choices.Store(cfg, Choice{How: ChoiceRoute, Why: "stale", Listen: []Local{gone}, Publish: []Local{gone}})
+	f3, err := NewFabric(cfg)
+	require.NoError(t, err)
+	rec := wire.PeerRecord{Rank: 0, WorldSize: 2, Group: "g"}
+	require.NoError(t, f3.Describe(&rec))
+	defer f3.Close()
+	assert.Equal(t, []string{"127.0.0.1"}, rec.Addresses)
+	c, _ := choices.Load(cfg)
+	assert.Equal(t, ChoiceLoopback, c.(Choice).How)
 }
