@@ -70,15 +70,28 @@ func sumOn(t *testing.T, gs []*ProcessGroup, vals []int64) []int64 {
 	return out
 }
 
+// splitTransports are the transports a child is split over in these
+// tests: in memory (with the given op timeout), shared memory and TCP.
+var splitTransports = []struct {
+	name  string
+	group func(t *testing.T, n int, timeout time.Duration) []*ProcessGroup
+}{
+	{"mem", func(t *testing.T, n int, timeout time.Duration) []*ProcessGroup {
+		pgs, _ := group(t, n, timeout)
+		return pgs
+	}},
+	{"auto", func(t *testing.T, n int, _ time.Duration) []*ProcessGroup {
+		return connectGroup(t, n, assemble.TransportAuto, nil)
+	}},
+	{"tcp", func(t *testing.T, n int, _ time.Duration) []*ProcessGroup {
+		return connectGroup(t, n, assemble.TransportTCP, nil)
+	}},
+}
+
 func TestSplitFormsChildrenOnTheParentsConnections(t *testing.T) {
-	for _, tr := range []string{"mem", assemble.TransportAuto, assemble.TransportTCP} {
-		t.Run(map[string]string{"mem": "mem", assemble.TransportAuto: "auto", assemble.TransportTCP: "tcp"}[tr], func(t *testing.T) {
-			var pgs []*ProcessGroup
-			if tr == "mem" {
-				pgs, _ = group(t, 5, 5*time.Second)
-			} else {
-				pgs = connectGroup(t, 5, tr, nil)
-			}
+	for _, st := range splitTransports {
+		t.Run(st.name, func(t *testing.T) {
+			pgs := st.group(t, 5, 5*time.Second)
 			// Two children in reversed rank order, and rank 4 alone.
 			lists := [][]int{{2, 0}, {3, 1}, {2, 0}, {3, 1}, {4}}
 			kids, errs := splitAll(t, pgs, lists, "child")
@@ -91,7 +104,7 @@ func TestSplitFormsChildrenOnTheParentsConnections(t *testing.T) {
 			require.Equal(t, []int64{101, 1010, 101, 1010, 10000}, sumOn(t, kids, vals))
 			// Over shared memory a child gets an arena of its own, open by
 			// the time its first collective ran.
-			want := map[string]string{"mem": "", assemble.TransportAuto: "shm", assemble.TransportTCP: ""}[tr]
+			want := map[string]string{"auto": "shm"}[st.name]
 			for r, k := range kids[:4] {
 				require.Equal(t, want, k.Offload(), "rank %d", r)
 			}
@@ -179,14 +192,9 @@ func TestSplitChildsPeersLearnThatARankLeft(t *testing.T) {
 	// A rank that aborts or closes a child leaves the connections open;
 	// its peers in the child fail their receives from it at once, as a
 	// closed connection fails a store-formed group's, not at their timeout.
-	for _, tr := range []string{"mem", assemble.TransportAuto, assemble.TransportTCP} {
-		t.Run(map[string]string{"mem": "mem", assemble.TransportAuto: "auto", assemble.TransportTCP: "tcp"}[tr], func(t *testing.T) {
-			var pgs []*ProcessGroup
-			if tr == "mem" {
-				pgs, _ = group(t, 3, 20*time.Second)
-			} else {
-				pgs = connectGroup(t, 3, tr, nil)
-			}
+	for _, st := range splitTransports {
+		t.Run(st.name, func(t *testing.T) {
+			pgs := st.group(t, 3, 20*time.Second)
 			lists := [][]int{{0, 1}, {0, 1}, {2}}
 			kids, errs := splitAll(t, pgs, lists, "c")
 			requireAllOK(t, errs)
@@ -243,15 +251,10 @@ func TestSplitChildFindsDesyncAlone(t *testing.T) {
 			"rank 1 called broadcast(float32[1024], root=0) where rank 0 called all_reduce(float32[1024], SUM)"},
 		{"all_to_all splits", allToAllOf(func(r, to int) int { return 2 }), rank1SendsMore, "rank 1 called all_to_all(float32, 3 elements to rank 0, 2 from it) where rank 0 called all_to_all(float32, 2 elements to rank 1, 2 from it)"},
 	}
-	for _, tr := range []string{"mem", assemble.TransportAuto, assemble.TransportTCP} {
+	for _, st := range splitTransports {
 		for _, tc := range cases {
-			t.Run(map[string]string{"mem": "mem", assemble.TransportAuto: "auto", assemble.TransportTCP: "tcp"}[tr]+"/"+tc.name, func(t *testing.T) {
-				var pgs []*ProcessGroup
-				if tr == "mem" {
-					pgs, _ = group(t, 4, 20*time.Second)
-				} else {
-					pgs = connectGroup(t, 4, tr, nil)
-				}
+			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
+				pgs := st.group(t, 4, 20*time.Second)
 				// Children {3, 1} and {0, 2}: the first one's rank 1 (group
 				// rank 1) calls another collective.
 				lists := [][]int{{0, 2}, {3, 1}, {0, 2}, {3, 1}}
