@@ -388,8 +388,8 @@ func (pg *ProcessGroup) leaveFamily(closeAll func()) {
 	f.release(closeAll)
 }
 
-// waitAtMost waits for wg, or for d to pass; it reports whether wg was done.
-func waitAtMost(wg *sync.WaitGroup, d time.Duration) bool {
+// waitAtMost waits for wg, or for d to pass.
+func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()
@@ -399,8 +399,6 @@ func waitAtMost(wg *sync.WaitGroup, d time.Duration) bool {
 	defer t.Stop()
 	select {
 	case <-done:
-		return true
 	case <-t.C:
-		return false
 	}
 }
