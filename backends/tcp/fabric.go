@@ -36,12 +36,20 @@ func NewFabric(cfg NetConfig) (*Fabric, error) {
 		f.cfg = &cfg
 		return f, nil
 	}
-	c, err := Choose(cfg)
+	c, err := chooseAnew(cfg)
 	if err != nil {
 		return nil, err
 	}
-	choices.Store(cfg, c)
 	return NewFabricChoice(c), nil
+}
+
+// chooseAnew makes cfg's choice and keeps it for the next fabric.
+func chooseAnew(cfg NetConfig) (Choice, error) {
+	c, err := Choose(cfg)
+	if err == nil {
+		choices.Store(cfg, c)
+	}
+	return c, err
 }
 
 // choices holds Choose's answer for each setting this process made a
@@ -72,19 +80,18 @@ func (f *Fabric) Name() string { return "tcp" }
 // Describe opens the listener and records its port and the addresses it
 // publishes, with their interfaces, in rec.
 func (f *Fabric) Describe(rec *wire.PeerRecord) error {
-	ln, err := Listen(Config{Rank: int(rec.Rank), Size: int(rec.WorldSize), Group: rec.Group, Hosts: f.choice.hosts(),
-		Key: f.key})
+	cfg := Config{Rank: int(rec.Rank), Size: int(rec.WorldSize), Group: rec.Group, Hosts: f.choice.hosts(), Key: f.key}
+	ln, err := Listen(cfg)
 	if err != nil && f.cfg != nil {
 		// The cached choice went stale (an address left this host).
-		choices.Delete(*f.cfg)
-		c, cerr := Choose(*f.cfg)
+		c, cerr := chooseAnew(*f.cfg)
 		if cerr != nil {
+			choices.Delete(*f.cfg)
 			return cerr
 		}
-		choices.Store(*f.cfg, c)
 		f.choice, f.cfg = c, nil
-		ln, err = Listen(Config{Rank: int(rec.Rank), Size: int(rec.WorldSize), Group: rec.Group, Hosts: f.choice.hosts(),
-			Key: f.key})
+		cfg.Hosts = c.hosts()
+		ln, err = Listen(cfg)
 	}
 	if err != nil {
 		return err
