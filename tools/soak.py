@@ -233,6 +233,8 @@ def rank_main(rank, args, tmp, q):
                 init_world()
                 recreations[1] += 1
             sub = new_sub()
+            if sub is not None:  # a child opens its arena behind its first op
+                dist.barrier(group=sub)
             recreations[0] += 1
             next_recreate += args.recreate_every
         if do_sample or stop:
