@@ -93,7 +93,7 @@ def build_parser():
     p.add_argument("--spot-dtypes", type=str,
                    help="dtypes for the all_reduce/reduce_scatter spot cells (default bfloat16,int64; '' for none)")
     p.add_argument("--scenarios", type=str,
-                   help="comma-separated: ddp, infer, async, or none (default ddp,infer,async)")
+                   help="comma-separated: ddp, infer, async, recreate, or none (default all four)")
     p.add_argument("--scenario-world-sizes", type=str,
                    help="world sizes that run the scenarios (default: all of --world-sizes)")
     p.add_argument("--ddp-steps", type=int, help="DDP steps per timed block (default 3, --quick 2)")
@@ -133,7 +133,7 @@ def config_from_args(a) -> Config:
         cfg.sizes = [8, 64 << 10]
         cfg.ddp_dim, cfg.ddp_layers, cfg.ddp_batch, cfg.ddp_bucket_mb, cfg.ddp_steps = 256, 4, 4, 0.25, 1
         cfg.ddp_repeats = 2
-        cfg.infer_iters = 100
+        cfg.infer_iters, cfg.recreate_iters = 100, 5
         cfg.world_timeout_s = 240
         cfg.op_timeout_s = 60
     if a.world_sizes is not None:

@@ -21,7 +21,7 @@ OP_ALIASES = {
 }
 # Collectives that reduce (they get the bfloat16 / int64 spot cells).
 REDUCING = ("all_reduce", "reduce_scatter_tensor")
-SCENARIOS = ("ddp", "infer", "async")
+SCENARIOS = ("ddp", "infer", "async", "recreate")
 # glibc malloc settings the ranks start with (unless --default-malloc).
 # The DDP scenario keeps one model per backend in each rank, and their
 # gradients (100 MB each, freed at the start of every step) share one
@@ -72,6 +72,7 @@ class Config:
     ddp_steps: int = 3                      # timed steps per block
     ddp_repeats: int = 4                    # timed blocks per variant
     infer_iters: int = 1000
+    recreate_iters: int = 15                # groups made per timed block of the recreate scenario
     infer_kib: list = field(default_factory=lambda: [4, 8, 16, 32, 64])
     tcp_only: bool = False
     pin_malloc: bool = True                 # start the ranks with MALLOC_ENV

@@ -15,7 +15,7 @@ import math
 
 from .config import OPS, human_bytes
 
-SCENARIO_OPS = ("ddp_step", "infer_loop", "async_loop")
+SCENARIO_OPS = ("ddp_step", "infer_loop", "async_loop", "recreate")
 FIXED_OPS = ("barrier",) + SCENARIO_OPS
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray",
           "tab:olive", "tab:cyan"]
@@ -25,7 +25,7 @@ FALLBACK_STYLE = dict(ls=":", marker="^", mfc="white")
 OP_TITLES = {"send_recv": "send_recv (ping-pong, half round trip)", "all_gather_into_tensor": "all_gather_into_tensor",
              "reduce_scatter_tensor": "reduce_scatter_tensor", "all_to_all_single": "all_to_all_single"}
 FIXED_TITLES = {"barrier": "barrier", "ddp_step": "DDP step", "infer_loop": "inference loop",
-                "async_loop": "async loop"}
+                "async_loop": "async loop", "recreate": "group re-creation"}
 
 
 def time_text(us: float) -> str:

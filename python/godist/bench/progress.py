@@ -23,8 +23,9 @@ import time
 
 from .config import human_bytes
 
-SCENARIO_OPS = ("ddp_step", "infer_loop", "async_loop")
-SCENARIO_LABELS = {"ddp": "DDP step scenario", "infer": "inference-loop scenario", "async": "async-loop scenario"}
+SCENARIO_OPS = ("ddp_step", "infer_loop", "async_loop", "recreate")
+SCENARIO_LABELS = {"ddp": "DDP step scenario", "infer": "inference-loop scenario", "async": "async-loop scenario",
+                   "recreate": "group re-creation scenario"}
 
 
 def clock_text(seconds: float | None) -> str:

@@ -16,7 +16,7 @@ from .results import CSV_COLUMNS, CSV_NAME, META_NAME, fmt, fmt_bw, fmt_ratio, r
 MD_COLUMNS = ["P", "size", "count", "type", "redop", "backend", "time (µs)", "algbw (GB/s)", "busbw (GB/s)",
               "p50 (µs)", "p95 (µs)", "CPU/op (µs)", "n", "#wrong", "godist/gloo"]
 
-SCENARIO_OPS = ("ddp_step", "infer_loop", "async_loop")
+SCENARIO_OPS = ("ddp_step", "infer_loop", "async_loop", "recreate")
 
 
 def has_ratio(rows, meta: dict | None = None) -> bool:

@@ -156,3 +156,60 @@ def infer(rb, async_op: bool = False):
         rb.emit("async_loop" if async_op else "infer_loop", "float32", max(sizes), mean, mean // 4, variants)
     finally:
         rb.cfg.repeats = saved
+
+
+def recreate(rb):
+    """A membership change as torchft makes it: a new group of every rank
+    on a fresh PrefixStore of one torch TCPStore (rank 0 hosts it), then
+    its first all_reduce (the time of both is one iteration), then an
+    untimed barrier on the harness group and abort. ``godist.GodistProcessGroup``
+    against ``dist.ProcessGroupGloo``, A-B-B-A, ``cfg.recreate_iters`` per
+    block; the label gives the median of creation alone."""
+    import datetime
+    import statistics
+    import time
+
+    import godist
+
+    torch, dist, cfg, rank, P = rb.torch, rb.dist, rb.cfg, rb.rank, rb.P
+    timeout = datetime.timedelta(seconds=cfg.op_timeout_s)
+    server = dist.TCPStore("127.0.0.1", 0, P, True, timeout=timeout, wait_for_workers=False) if rank == 0 else None
+    port = rb.agree([server.port if server else 0], dist.ReduceOp.MAX)[0]
+    store = server or dist.TCPStore("127.0.0.1", port, P, False, timeout=timeout)
+    makers = {"godist": godist.GodistProcessGroup, "gloo": dist.ProcessGroupGloo}
+    t = torch.empty(4)
+    made = [0]
+
+    def cycle(v, creation):
+        made[0] += 1
+        ps = dist.PrefixStore(f"recreate/{v.backend}/{made[0]}", store)
+        dist.barrier()
+        t0 = time.perf_counter()
+        pg = makers[v.backend](ps, rank, P, timeout)
+        t1 = time.perf_counter()
+        t.fill_(1.0)
+        pg.allreduce([t]).wait()
+        t2 = time.perf_counter()
+        v.wrong += int((t != P).sum())
+        dist.barrier()  # no peer still in the op when this rank aborts
+        pg.abort()
+        creation.append(t1 - t0)
+        return t2 - t0
+
+    variants = [Variant(b, None, None) for b in rb.backends]
+    created = {b: [] for b in rb.backends}
+    for v in variants:  # warm-up: imports, first connections, the interface choice
+        cycle(v, [])
+    for r in range(cfg.repeats):
+        for v in (variants if r % 2 == 0 else variants[::-1]):
+            c0 = time.process_time()
+            ts = [cycle(v, created[v.backend]) for _ in range(cfg.recreate_iters)]
+            v.times.append(statistics.median(ts))
+            v.cpus.append((time.process_time() - c0) / len(ts))
+            v.samples.extend(ts)
+            v.n = len(ts)
+    for v in variants:
+        v.label = (f"new group on a fresh PrefixStore + first all_reduce; creation alone "
+                   f"{statistics.median(created[v.backend]) * 1e3:.2f} ms (rank 0's median)")
+    rb.emit("recreate", "float32", 16, 16, 4, variants)
+    del store, server

@@ -34,7 +34,8 @@ OP_NOTES = {
     "reduce_scatter_tensor": "size is the total input",
     "all_to_all_single": "size is the whole input",
 }
-SCENARIO_UNITS = {"ddp_step": "time per step", "infer_loop": "time per op", "async_loop": "time per op"}
+SCENARIO_UNITS = {"ddp_step": "time per step", "infer_loop": "time per op", "async_loop": "time per op",
+                  "recreate": "time per group"}
 
 
 def _num(x, fmt: str) -> str:

@@ -342,6 +342,8 @@ class RankBench:
                 scenarios.infer(self)
             elif name == "async":
                 scenarios.infer(self, async_op=True)
+            elif name == "recreate":
+                scenarios.recreate(self)
         self.dist.barrier()
 
 
