@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 OPS = {"all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "barrier",
        "send_recv"}
-SCENARIOS = {"ddp_step", "infer_loop", "async_loop"}
+SCENARIOS = {"ddp_step", "infer_loop", "async_loop", "recreate"}
 CSV_COLUMNS = {"world_size", "op", "variant", "backend", "dtype", "redop", "nominal_bytes", "size_bytes", "count",
                "n_iters", "repeats", "time_us", "algbw_GBps", "busbw_GBps", "p50_us", "p95_us", "cpu_us_per_op",
                "godist_speedup", "wrong", "status", "transport"}
@@ -83,7 +83,12 @@ def test_bench_smoke(tmp_path):
         assert any("| godist |" in ln for ln in lines) and any("| gloo |" in ln for ln in lines), body
         for ln in lines:
             assert ln.split("|")[14].strip() == "0", ln  # #wrong
-    assert "| ddp_step |" in md and "| infer_loop |" in md and "| async_loop |" in md
+    assert "| ddp_step |" in md and "| infer_loop |" in md and "| async_loop |" in md and "| recreate |" in md
+    # the recreate scenario: a group made anew each time, gloo's beside it
+    rec = [r for r in rows if r["op"] == "recreate"]
+    assert {r["backend"] for r in rec} == {"godist", "gloo"}, rec
+    for r in rec:
+        assert re.search(r"creation alone [\d.]+ ms", r["variant"]) and int(r["n_iters"]) >= 1, r
     assert (out / "results.png").stat().st_size > 1000
 
     # --render rebuilds the report from results.csv + meta.json alone.
