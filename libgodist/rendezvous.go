@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
@@ -71,7 +72,14 @@ func New(cfg Config, set backend.Set) (*ProcessGroup, error) {
 		rdv.close()
 		return nil, err
 	}
+	tune := algo.Default()
+	if cfg.Tuning != nil {
+		tune = *cfg.Tuning
+	}
 	for _, o := range set.Offloaders {
+		if e, ok := o.(backend.EarlyJoiner); ok {
+			e.UseTable(tune)
+		}
 		o.Describe(&rec)
 	}
 	rdv.record = rec
@@ -112,6 +120,11 @@ func (pg *ProcessGroup) Connect(records [][]byte, timeout time.Duration) error {
 		Table: &pg.tune}
 	ctx, cancel := context.WithTimeout(pg.ctx, timeout)
 	defer cancel()
+	for _, o := range rdv.set.Offloaders {
+		if e, ok := o.(backend.EarlyJoiner); ok {
+			e.JoinEarly(ctx, s) // beside the fabric's connect
+		}
+	}
 	tr, err := rdv.set.Fabric.Connect(ctx, s)
 	if err != nil {
 		return fmt.Errorf("godist: group %q: connecting rank %d: %w", pg.cfg.Group, pg.cfg.Rank, err)

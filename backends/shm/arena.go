@@ -217,7 +217,7 @@ func attach(ctx context.Context, cfg Config, path string, mem []byte, p params) 
 func create(path string, cfg *Config) ([]byte, params, error) {
 	p := cfg.params()
 	lay := newLayout(p)
-	mem, err := createFile(path, lay.total)
+	mem, err := createFile(path, lay.total, cfg.markFailure)
 	if err != nil {
 		return nil, p, err
 	}
@@ -274,6 +274,9 @@ func join(ctx context.Context, path string, cfg *Config) ([]byte, params, error)
 		}
 		if n >= pageSize {
 			break
+		}
+		if n == failedSize {
+			return nil, p, fmt.Errorf("shm: open %s: %w", path, errCreatorFailed)
 		}
 		if err := sleep("the arena file was not sized"); err != nil {
 			return nil, p, err

@@ -93,6 +93,10 @@ type Config struct {
 	// layout's (libgodist/algo; nil: algo.Default()). Every rank of the
 	// arena must pass the same values.
 	Table *algo.Table
+	// markFailure: a creation that fails leaves the file at failedSize
+	// instead of removing it, so that ranks already waiting to join fail
+	// at once (early.go).
+	markFailure bool
 	// Wait overrides the wait policy; nil means DefaultWaitPolicy(Size).
 	// It is local to this rank.
 	Wait *WaitPolicy

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/glog"
 	"github.com/godist/godist/libgodist/transport"
@@ -23,32 +24,23 @@ import (
 // host (same hostname and boot id) whose probe file in DefaultDir this
 // rank can see, so they share one /dev/shm, which containers on one host
 // may not. Every rank's view is agreed on before use, so a rank that sees
-// it differently cannot desynchronize the group.
+// it differently cannot desynchronize the group; where rank 0 promised the
+// arena in its record, the records decide alike and the arena opens while
+// the ranks connect (early.go).
 type Offloader struct {
 	mu    sync.Mutex
 	probe string // this rank's probe file's name under DefaultDir; "" once removed
 	// oneHost: the job is expected on this host alone (ExpectOneHost), so
 	// rank 0 creates the group's arena while the ranks meet.
 	oneHost bool
+	table   *algo.Table // the group's table (UseTable); nil: the default
 	early   *earlyArena // rank 0's arena created at Describe; nil once taken or discarded
-}
-
-// earlyArena is an arena file being created before the group connects.
-type earlyArena struct {
-	name    string
-	done    chan struct{}
-	created *Created
-	err     error
-}
-
-// take waits for the creation and hands over its result.
-func (e *earlyArena) take() (*Created, error) {
-	<-e.done
-	return e.created, e.err
+	joining *earlyJoin  // the arena being opened while the fabric connects (JoinEarly)
 }
 
 var (
 	_ backend.HostOffloader = (*Offloader)(nil)
+	_ backend.EarlyJoiner   = (*Offloader)(nil)
 	_ backend.Offload       = (*Arena)(nil)
 	_ backend.Described     = (*Arena)(nil)
 )
@@ -81,14 +73,8 @@ func (o *Offloader) Describe(rec *wire.PeerRecord) {
 	o.mu.Lock()
 	o.probe = filepath.Base(p.Path)
 	if o.oneHost && rec.Rank == 0 && rec.WorldSize > 1 && rec.Session != 0 {
-		e := &earlyArena{name: arenaName(rec.Session, rec.Group), done: make(chan struct{})}
-		o.early = e
-		go func() {
-			defer close(e.done)
-			// with the default table's limits: Join discards it if the
-			// group's table differs
-			e.created, e.err = Create(Config{Name: e.name, Rank: 0, Size: int(rec.WorldSize), Mode: ModeCreate})
-		}()
+		o.early = o.createEarly(arenaName(rec.Session, rec.Group), int(rec.WorldSize))
+		rec.Transports = append(rec.Transports, arenaPromised)
 	}
 	o.mu.Unlock()
 	rec.ShmProbe = filepath.Base(p.Path)
@@ -96,8 +82,8 @@ func (o *Offloader) Describe(rec *wire.PeerRecord) {
 }
 
 // takeEarly hands over the arena created at Describe if it is the one
-// named name, and discards it otherwise; ok reports that it was handed
-// over.
+// named name, and discards it otherwise (with the file a failed creation
+// left); ok reports that it was handed over.
 func (o *Offloader) takeEarly(name string) (c *Created, err error, ok bool) {
 	o.mu.Lock()
 	e := o.early
@@ -111,6 +97,9 @@ func (o *Offloader) takeEarly(name string) (c *Created, err error, ok bool) {
 		if c != nil {
 			c.Discard()
 		}
+		if err != nil {
+			removeFailed(filepath.Join(DefaultDir, e.name))
+		}
 		return nil, nil, false
 	}
 	return c, err, true
@@ -121,12 +110,16 @@ func (o *Offloader) takeEarly(name string) (c *Created, err error, ok bool) {
 func (o *Offloader) discardEarly() { _, _, _ = o.takeEarly("") }
 
 // Close removes the probe file and an arena created at Describe that was
-// not used. Idempotent.
+// not used, and closes one JoinEarly opened that Join did not take.
+// Idempotent.
 func (o *Offloader) Close() {
 	o.mu.Lock()
-	name := o.probe
-	o.probe = ""
+	name, j := o.probe, o.joining
+	o.probe, o.joining = "", nil
 	o.mu.Unlock()
+	if j != nil {
+		j.discard()
+	}
 	if name != "" {
 		_ = os.Remove(filepath.Join(DefaultDir, name))
 	}
@@ -138,10 +131,10 @@ func (o *Offloader) Close() {
 // fabric whose transport it can route through (one with a Mailbox, such
 // as backends/tcp's).
 func (o *Offloader) Join(ctx context.Context, s *backend.Setup, tr transport.Transport) (backend.Offload, transport.Transport, error) {
-	all := make([]int, s.Size)
-	for r := range all {
-		all[r] = r
+	if j := o.takeJoining(); j != nil {
+		return o.finishEarly(ctx, s, j, tr)
 	}
+	all := allRanks(s.Size)
 	_, routable := tr.(Underlay)
 	use := routable && colocated(s, all)
 	// Rank 0 creates the arena first, so that one agreement says both
@@ -151,6 +144,9 @@ func (o *Offloader) Join(ctx context.Context, s *backend.Setup, tr transport.Tra
 	if s.Rank == 0 {
 		cfg := o.config(s, all, name)
 		c, cerr, early := o.takeEarly(name)
+		if cerr != nil {
+			removeFailed(filepath.Join(DefaultDir, name)) // no rank waits for it on this path
+		}
 		if early && c != nil {
 			if c.fits(cfg) {
 				c.cfg.Table = cfg.Table // the group's choices beyond the layout
@@ -225,9 +221,7 @@ func (o *Offloader) config(s *backend.Setup, ranks []int, name string) Config {
 	if me == 0 {
 		mode = ModeCreate
 	}
-	t := s.Algorithms()
-	cfg := Config{Name: name, Rank: me, Size: len(ranks), Mode: mode, OneShotMax: t.ShmOneShot(len(ranks)),
-		DirectMin: t.ShmDirect(), Table: &t}
+	cfg := arenaConfig(s.Algorithms(), name, me, len(ranks), mode)
 	if len(ranks) != s.Size {
 		cfg.GlobalRanks = ranks
 	}
@@ -319,6 +313,21 @@ func colocated(s *backend.Setup, ranks []int) bool {
 		}
 	}
 	return s.Me().BootID != ""
+}
+
+// arenaConfig is the configuration of an arena of size ranks under
+// table t.
+func arenaConfig(t algo.Table, name string, rank, size int, mode Mode) Config {
+	return Config{Name: name, Rank: rank, Size: size, Mode: mode, OneShotMax: t.ShmOneShot(size), DirectMin: t.ShmDirect(),
+		Table: &t}
+}
+
+func allRanks(n int) []int {
+	all := make([]int, n)
+	for r := range all {
+		all[r] = r
+	}
+	return all
 }
 
 // arenaName derives the shared file's name from the group's session.

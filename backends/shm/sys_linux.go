@@ -153,22 +153,28 @@ func pidNamespace() uint64 {
 }
 
 // createFile creates path exclusively with total bytes reserved (so a full
-// /dev/shm fails here, not with SIGBUS on first touch) and maps it.
-func createFile(path string, total int) ([]byte, error) {
+// /dev/shm fails here, not with SIGBUS on first touch) and maps it. The
+// file has its size only once the bytes are reserved. A failure removes
+// the file, or with mark leaves it at failedSize.
+func createFile(path string, total int, mark bool) ([]byte, error) {
 	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, &os.PathError{Op: "create", Path: path, Err: err}
 	}
 	defer closeFD(fd)
 	fail := func(op string, err error) ([]byte, error) {
-		_ = syscall.Unlink(path)
+		if !mark || syscall.Ftruncate(fd, failedSize) != nil {
+			_ = syscall.Unlink(path)
+		}
 		return nil, &os.PathError{Op: op, Path: path, Err: err}
 	}
-	if err := syscall.Ftruncate(fd, int64(total)); err != nil {
-		return fail("truncate", err)
-	}
-	if err := syscall.Fallocate(fd, 0, 0, int64(total)); err != nil && !errors.Is(err, syscall.EOPNOTSUPP) {
-		return fail("allocate", err)
+	if err := syscall.Fallocate(fd, 0, 0, int64(total)); err != nil {
+		if !errors.Is(err, syscall.EOPNOTSUPP) {
+			return fail("allocate", err)
+		}
+		if err := syscall.Ftruncate(fd, int64(total)); err != nil {
+			return fail("truncate", err)
+		}
 	}
 	mem, err := syscall.Mmap(fd, 0, total, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
@@ -203,6 +209,15 @@ func mapFD(fd, n int) ([]byte, error) {
 func unmap(mem []byte) error { return syscall.Munmap(mem) }
 
 func unlink(path string) error { return syscall.Unlink(path) }
+
+// removeFailed removes path if it is a file a failed creation left at
+// failedSize (createFile), and nothing else.
+func removeFailed(path string) {
+	var st syscall.Stat_t
+	if syscall.Lstat(path, &st) == nil && st.Size == failedSize && st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		_ = syscall.Unlink(path)
+	}
+}
 
 // dgramSocket opens an unbound, non-blocking Unix datagram socket.
 func dgramSocket() (int, error) {

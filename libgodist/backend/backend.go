@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/godist/godist/libgodist/algo"
 	"github.com/godist/godist/libgodist/reduce"
 	"github.com/godist/godist/libgodist/transport"
 	"github.com/godist/godist/libgodist/wire"
@@ -49,13 +50,27 @@ type Offloader interface {
 	Describe(rec *wire.PeerRecord)
 	// Join decides with every rank, through s.Agree, whether this offload
 	// serves the group, and opens it. Every rank must reach the same
-	// answer: decide only through Agree. When it does not serve the group
+	// answer: decide only through Agree, or from what every rank's records
+	// say alike (EarlyJoiner). When it does not serve the group
 	// Join returns a nil Offload and tr. Otherwise it returns the offload
 	// and the transport point-to-point traffic should take from now on
 	// (tr itself, or one that routes some peers through the offload).
 	Join(ctx context.Context, s *Setup, tr transport.Transport) (Offload, transport.Transport, error)
 	// Close releases what Describe set up. Idempotent.
 	Close()
+}
+
+// EarlyJoiner is an Offloader that can decide from the records alone, on
+// every rank alike, that it serves the group, and open itself while the
+// fabric connects.
+type EarlyJoiner interface {
+	Offloader
+	// UseTable hands it the group's algorithm table before Describe.
+	UseTable(t algo.Table)
+	// JoinEarly starts opening the offload, before the fabric connects,
+	// where the records decide for it; Join (or Close) then finishes what
+	// it started. ctx bounds the open.
+	JoinEarly(ctx context.Context, s *Setup)
 }
 
 // HostOffloader is an Offloader that can also serve the ranks of one host
