@@ -52,6 +52,13 @@ def store_host(store) -> str | None:
     return os.environ.get("MASTER_ADDR") or None
 
 
+def _store_timeout(store):
+    try:
+        return store.timeout
+    except Exception:  # a store written in Python may not say
+        return None
+
+
 def exchange(store, rank: int, size: int, handle: int, timeout: datetime.timedelta, group: str) -> None:
     lib = _lib.load()
     target = _store.resolve(store) if os.environ.get("GODIST_STORE_RENDEZVOUS", "1") != "0" else None
@@ -66,8 +73,15 @@ def exchange(store, rank: int, size: int, handle: int, timeout: datetime.timedel
     record = _lib.read_bytes(lib.pg_record, handle)
     keys = [f"godist/{gen}/{r}" for r in range(size)]
     store.set(keys[rank], record)
+    # torch's stores' multi_get waits for every key, for the store's own
+    # timeout: where that is the group's, one round trip instead of two.
+    one_trip = type(store) in _MULTI_GET and _store_timeout(store) == timeout
+    records = None
     try:
-        store.wait(keys, timeout)
+        if one_trip:
+            records = store.multi_get(keys)
+        else:
+            store.wait(keys, timeout)
     except Exception as e:
         try:
             missing = [r for r, k in enumerate(keys) if not store.check([k])]
@@ -81,7 +95,8 @@ def exchange(store, rank: int, size: int, handle: int, timeout: datetime.timedel
             f"rank(s) {missing} never published their address. Did every rank call init_process_group/new_group "
             f"with the same arguments? ({e})", _errors.TIMEOUT, cause="timeout", group=group,
             missing_ranks=missing, after=timeout.total_seconds()) from e
-    records = store.multi_get(keys) if type(store) in _MULTI_GET else [store.get(k) for k in keys]
+    if records is None:
+        records = store.multi_get(keys) if type(store) in _MULTI_GET else [store.get(k) for k in keys]
     arr = _lib.bufs([(ctypes.cast(ctypes.c_char_p(r), ctypes.c_void_p).value, len(r)) for r in records])
     lib.pg_connect(handle, arr, size, int(timeout.total_seconds() * 1000))
     del records
