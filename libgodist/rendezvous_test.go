@@ -278,42 +278,38 @@ func TestOffloaderFailureClosesCleanly(t *testing.T) {
 	}
 }
 
-// TestArenaNotCreatedFallsBackAtOnce: when rank 0 cannot create the
-// group's arena file (here a file of that name is in the way; in life
-// /dev/shm is full or too small), every rank learns it at once and the
-// group runs over TCP. The others used to wait for a usable file until the
-// open timed out (10 s, or the whole group timeout when that was shorter,
-// failing the group).
-func TestArenaNotCreatedFallsBackAtOnce(t *testing.T) {
-	dir := t.TempDir()
-	old := shm.DefaultDir
-	shm.DefaultDir = dir
-	t.Cleanup(func() { shm.DefaultDir = old })
-	const n = 3
+// arenaRanks makes n ranks of group in this process, with the backends
+// opts gives and shm.DefaultDir moved to a directory of the test's (dir,
+// when not ""), and returns them with their records; closeRanks closes
+// them at the end of the test (a second Close is a no-op).
+func arenaRanks(t *testing.T, dir string, n int, group string, opts assemble.Options) ([]*ProcessGroup, [][]byte) {
+	t.Helper()
+	if dir != "" {
+		old := shm.DefaultDir
+		shm.DefaultDir = dir
+		t.Cleanup(func() { shm.DefaultDir = old })
+	}
 	pgs := make([]*ProcessGroup, n)
 	recs := make([][]byte, n)
 	for r := range pgs {
-		pg, err := New(Config{Rank: r, Size: n, Group: "noarena", Timeout: 20 * time.Second}, backends(t, assemble.TransportAuto))
+		set, err := assemble.Backends(opts)
+		require.NoError(t, err)
+		pg, err := New(Config{Rank: r, Size: n, Group: group, Timeout: 20 * time.Second}, set)
 		require.NoError(t, err)
 		pgs[r] = pg
 		recs[r], err = pg.LocalRecord()
 		require.NoError(t, err)
 	}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, pg := range pgs {
-			wg.Add(1)
-			go func() { defer wg.Done(); pg.Close() }()
-		}
-		wg.Wait()
-	})
-	rec0, err := wire.UnmarshalPeerRecord(recs[0])
-	require.NoError(t, err)
-	h := fnv.New64a()
-	h.Write([]byte("noarena"))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("godist-%016x-%016x", rec0.Session, h.Sum64())), nil, 0o600))
+	t.Cleanup(func() { closeRanks(pgs) })
+	return pgs, recs
+}
+
+// connectRanks connects every rank at once; it returns once all did, or
+// failed, and how long that took.
+func connectRanks(t *testing.T, pgs []*ProcessGroup, recs [][]byte) time.Duration {
+	t.Helper()
 	start := time.Now()
-	errs := make([]error, n)
+	errs := make([]error, len(pgs))
 	var wg sync.WaitGroup
 	for r, pg := range pgs {
 		wg.Add(1)
@@ -323,13 +319,47 @@ func TestArenaNotCreatedFallsBackAtOnce(t *testing.T) {
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 	}
-	require.Less(t, time.Since(start), 3*time.Second)
+	return time.Since(start)
+}
+
+// closeRanks closes every rank at once.
+func closeRanks(pgs []*ProcessGroup) {
+	var wg sync.WaitGroup
+	for _, pg := range pgs {
+		wg.Add(1)
+		go func() { defer wg.Done(); pg.Close() }()
+	}
+	wg.Wait()
+}
+
+// requireOnTCPAndWorking checks that no rank has an offload and that an
+// all_reduce completes on all.
+func requireOnTCPAndWorking(t *testing.T, pgs []*ProcessGroup) {
+	t.Helper()
 	for r, pg := range pgs {
-		require.Equal(t, "", pg.Offload(), "rank %d", r)
+		require.Equal(t, "", pg.Offload(), "rank %d runs on TCP", r)
 	}
 	requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
 		return pg.AllReduce(i64s(int64(r)), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
 	}))
+}
+
+// TestArenaNotCreatedFallsBackAtOnce: when rank 0 cannot create the
+// group's arena file (here a file of that name is in the way; in life
+// /dev/shm is full or too small), every rank learns it at once and the
+// group runs over TCP. The others used to wait for a usable file until the
+// open timed out (10 s, or the whole group timeout when that was shorter,
+// failing the group).
+func TestArenaNotCreatedFallsBackAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	pgs, recs := arenaRanks(t, dir, 3, "noarena", assemble.Options{BindHost: "127.0.0.1", Transport: assemble.TransportAuto})
+	rec0, err := wire.UnmarshalPeerRecord(recs[0])
+	require.NoError(t, err)
+	h := fnv.New64a()
+	h.Write([]byte("noarena"))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("godist-%016x-%016x", rec0.Session, h.Sum64())), nil, 0o600))
+	require.Less(t, connectRanks(t, pgs, recs), 3*time.Second)
+	requireOnTCPAndWorking(t, pgs)
 }
 
 // TestArenaCreatedWhileRanksMeet: a job whose store is on a loopback
@@ -338,32 +368,7 @@ func TestArenaNotCreatedFallsBackAtOnce(t *testing.T) {
 // group connected or was closed before connecting.
 func TestArenaCreatedWhileRanksMeet(t *testing.T) {
 	dir := t.TempDir()
-	old := shm.DefaultDir
-	shm.DefaultDir = dir
-	t.Cleanup(func() { shm.DefaultDir = old })
-	const n = 3
-	newGroup := func(group string) ([]*ProcessGroup, [][]byte) {
-		pgs := make([]*ProcessGroup, n)
-		recs := make([][]byte, n)
-		for r := range pgs {
-			set, err := assemble.Backends(assemble.Options{PeerHost: "127.0.0.1", Transport: assemble.TransportAuto})
-			require.NoError(t, err)
-			pg, err := New(Config{Rank: r, Size: n, Group: group, Timeout: 10 * time.Second}, set)
-			require.NoError(t, err)
-			pgs[r] = pg
-			recs[r], err = pg.LocalRecord()
-			require.NoError(t, err)
-		}
-		return pgs, recs
-	}
-	closeAll := func(pgs []*ProcessGroup) {
-		var wg sync.WaitGroup
-		for _, pg := range pgs {
-			wg.Add(1)
-			go func() { defer wg.Done(); pg.Close() }()
-		}
-		wg.Wait()
-	}
+	loopback := assemble.Options{PeerHost: "127.0.0.1", Transport: assemble.TransportAuto}
 	arenas := func() []string {
 		m, err := filepath.Glob(filepath.Join(dir, "godist-*"))
 		require.NoError(t, err)
@@ -376,26 +381,19 @@ func TestArenaCreatedWhileRanksMeet(t *testing.T) {
 		return out
 	}
 
-	pgs, recs := newGroup("early")
-	errs := make([]error, n)
-	var wg sync.WaitGroup
+	pgs, recs := arenaRanks(t, dir, 3, "early", loopback)
+	connectRanks(t, pgs, recs)
 	for r, pg := range pgs {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[r] = pg.Connect(recs, 10*time.Second) }()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-		require.Equal(t, "shm", pgs[r].Offload(), "rank %d", r)
+		require.Equal(t, "shm", pg.Offload(), "rank %d", r)
 	}
 	requireAllOK(t, onAll(t, pgs, func(r int, pg *ProcessGroup) (*Work, error) {
 		return pg.AllReduce(i64s(int64(r)), ReduceArgs{DType: reduce.Int64, Op: reduce.Sum}, Opts{})
 	}))
-	closeAll(pgs)
+	closeRanks(pgs)
 	require.Empty(t, arenas())
 
-	pgs, _ = newGroup("never")
+	pgs, _ = arenaRanks(t, "", 3, "never", loopback)
 	testutil.Eventually(t, 5*time.Second, func() bool { return len(arenas()) == 1 }, "rank 0 creates the arena at New")
-	closeAll(pgs) // before Connect: the arena made at New goes too
+	closeRanks(pgs) // before Connect: the arena made at New goes too
 	require.Empty(t, arenas())
 }
