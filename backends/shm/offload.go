@@ -129,7 +129,8 @@ func (o *Offloader) Close() {
 // Join agrees with every rank on shared memory and opens the arena: rank 0
 // creates it, the others join. It needs every rank on this host and a
 // fabric whose transport it can route through (one with a Mailbox, such
-// as backends/tcp's).
+// as backends/tcp's). Where JoinEarly already decided and opened the
+// arena, Join only routes through it (early.go).
 func (o *Offloader) Join(ctx context.Context, s *backend.Setup, tr transport.Transport) (backend.Offload, transport.Transport, error) {
 	if j := o.takeJoining(); j != nil {
 		return o.finishEarly(ctx, s, j, tr)
