@@ -433,6 +433,14 @@ def sc_stop(rank: Rank):
                 rank.emit("failed", error=d)
         i += 1
     out = {"ok_ops": ok_ops, "errors": errors, "wrong": wrong}
+    # Tear down once every rank has failed (the stopped one after SIGCONT):
+    # a survivor that left sooner would end a slower survivor's op before
+    # its own deadline, naming the survivor instead of the stopped rank.
+    open(os.path.join(c["dir"], f"failed-{rank.rank}"), "w").close()
+    until = time.monotonic() + 60
+    while time.monotonic() < until and not all(os.path.exists(os.path.join(c["dir"], f"failed-{r}"))
+                                               for r in range(rank.n)):
+        time.sleep(0.01)
     return after_fault(rank, baseline, c["members"], out)
 
 
