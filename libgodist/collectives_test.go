@@ -673,10 +673,15 @@ func TestWaiterRunsQueuedOps(t *testing.T) {
 						return
 					}
 				}
-				errs[r] = works[r][4].Wait(5 * time.Second) // on the drainer
-				pg.exec.mu.Lock()
-				defer pg.exec.mu.Unlock()
-				if pg.exec.busy {
+				if errs[r] = works[r][4].Wait(5 * time.Second); errs[r] != nil { // on the drainer
+					return
+				}
+				// The drainer finishes an op's Work before it goes idle.
+				if !testutil.WaitUntil(2*time.Second, func() bool {
+					pg.exec.mu.Lock()
+					defer pg.exec.mu.Unlock()
+					return !pg.exec.busy
+				}) {
 					errs[r] = fmt.Errorf("executor still busy")
 				}
 			}()
