@@ -1,11 +1,12 @@
 """The NCCL path: CUDA tensors of a godist group, through NCCL driven from Go.
 
 Each op method has the signature of the GodistProcessGroup method of the
-same name and is called by it when the tensors are CUDA tensors. It checks
-its arguments, describes the device memory in a GodistOp with the GODIST_CUDA
-flag, the device and the caller's current stream, and Go enqueues the NCCL
-calls (capi/device.go, libgodist/device.go, backends/nccl/). Stream
-semantics follow ProcessGroupNCCL:
+same name and is called by it when the tensors are CUDA tensors. The op is
+described as on CPU (godist._describe, with this path's CudaRules: CUDA
+tensors of one device, NCCL's reductions); its calls' GodistOps get the
+GODIST_CUDA flag, the device and the caller's current stream, and Go
+enqueues the NCCL calls (capi/device.go, libgodist/device.go,
+backends/nccl/). Stream semantics follow ProcessGroupNCCL:
 
 * a synchronous op (``async_op=False``) runs on the caller's current stream:
   later work on that stream sees its result, and the CPU never blocks;
@@ -30,8 +31,8 @@ import threading
 
 import torch
 
-from . import _checks, _errors, _lib, _types
-from ._args import _async, _Outputs
+from . import _checks, _describe, _errors, _lib, _types
+from ._args import _Outputs
 from .work import GodistWork, _Group, completer
 
 _HANDLE = _errors.CAUSES.index("handle")
@@ -60,8 +61,52 @@ def _dev_of(op: str, name: str, t) -> torch.Tensor:
     return t
 
 
-def _desc(t: torch.Tensor):
-    return (t.data_ptr() or None, t.numel() * t.element_size())
+class CudaRules(_describe.Rules):
+    """What the NCCL path takes (godist._describe): dense CUDA tensors, all
+    of one device (the first one's, kept here: one instance per op), and
+    NCCL's reductions. A complex tensor is reduced through its real view,
+    with the ops that allows (as torch's nccl backend does)."""
+
+    flat_scatter = True  # ncclReduceScatter takes one flat input
+
+    def __init__(self):
+        self.device = None  # the op's device: its first tensor's
+        self._first = ""
+
+    def tensor(self, op, name, t):
+        _dev_of(op, name, t)
+        if self.device is None:
+            self.device, self._first = t.device, name
+        elif t.device != self.device:
+            raise ValueError(f"godist: {op}: {name} is on {t.device} but {self._first} is on {self.device}: every "
+                             "tensor of an op must be on one device")
+        return t
+
+    def tensors(self, op, name, ts, length=None):
+        return [self.tensor(op, f"{name}[{i}]", t) for i, t in enumerate(_checks.list_any(op, name, ts, length))]
+
+    def single(self, op, name, ts):
+        return self.tensor(op, f"{name}[0]", _checks.single_any(op, name, ts))
+
+    def reduction(self, op, name, t, opts):
+        code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
+        reducible, ops, complex_ops = _rules()
+        if t.is_complex():
+            if code not in complex_ops:
+                raise ValueError(f"godist: {op}: {_types.OP_NAMES[code]} is not defined on complex tensors")
+            t = torch.view_as_real(t)
+        dt = reducible.get(t.dtype)
+        if dt is None:
+            raise TypeError(f"godist: {op}: {name} has dtype {t.dtype}, which NCCL cannot reduce")
+        if code not in ops[dt]:
+            if not any(code in o for o in ops.values()):
+                known = sorted(set().union(*ops.values()))
+                raise ValueError(f"godist: {op}: {_types.OP_NAMES[code]} is not supported on CUDA tensors: NCCL "
+                                 f"reduces with {', '.join(_types.OP_NAMES[c] for c in known)} only (no bitwise "
+                                 "reductions; torch's nccl backend refuses them too)")
+            raise ValueError(f"godist: {op}: {_types.OP_NAMES[code]} is not defined on {t.dtype} tensors "
+                             "on the NCCL path")
+        return {"dtype": dt, "reduce_op": code, "factor": factor}
 
 
 class CudaWork(GodistWork):
@@ -229,28 +274,31 @@ class NcclPath:
             lib.device_open(pg._h, device.index, peer, uid, len(uid))
             ready.add(peer)
 
-    # ----- submission ---------------------------------------------------
-    def _submit(self, op, entry, device, outputs, keep, async_op, contig=None, peer=-1, **fields):
-        contig = contig or _Outputs()
-        ins, outs, dst = fields.pop("ins_list", None), fields.pop("outs_list", None), fields.pop("peer_", None)
-        blk = _lib.GodistOp(pg=self._pg._h, op_code=_lib.OP_CODES[entry.__name__[len("godist_"):]], **fields)
-        if ins is not None:
-            blk.ins, blk.nins = _lib.buf_list(ins)
-        if outs is not None:
-            blk.outs, blk.nouts = _lib.buf_list(outs)
-        if dst is not None:
-            blk.peer = dst
+    # ----- running an op ------------------------------------------------
+    def _run(self, d, rules, async_op=None):
+        """Enqueue the calls of description d (godist._describe, made with
+        rules, which know its device) on the caller's current stream, or add
+        them to the open batch; return its Work."""
+        device = rules.device
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if not d.calls:
+            return _SyncWork(d.op, [], device)
+        pg, ms = self._pg, d.timeout_ms
+        calls = [(getattr(pg, "_raw_" + c.entry), _describe.block(pg._h, ms, c.fields, op_code=_lib.OP_CODES[c.entry]))
+                 for c in d.calls]
         if self._batch is not None:
             if self._batch[0] != device:
-                raise ValueError(f"godist: {op}: coalesced ops on CUDA must share one device "
+                raise ValueError(f"godist: {d.op}: coalesced ops on CUDA must share one device "
                                  f"({self._batch[0]} and {device})")
-            self._batch[1].append((entry, blk, peer))
-            self._batch[2].append(keep)
-            self._batch[3].extend(outputs)
-            self._batch[4].copies.extend(contig.copies)
-            return _Pending(op, outputs)
-        self._ensure(device, peer)
-        return self._launch(op, [(entry, blk)], device, outputs, keep, async_op, contig)
+            self._batch[1].extend((e, b, d.peer) for e, b in calls)
+            self._batch[2].append(d.keep)
+            self._batch[3].extend(d.outputs)
+            self._batch[4].copies.extend(d.outs.copies)
+            return _Pending(d.op, d.outputs)
+        self._ensure(device, d.peer)
+        return self._launch(d.op, calls, device, d.outputs, d.keep, d.async_op if async_op is None else async_op,
+                            d.outs)
 
     def _launch(self, op, calls, device, outputs, keep, async_op, contig):
         stream = torch.cuda.current_stream(device).cuda_stream
@@ -302,232 +350,7 @@ class NcclPath:
         self._ensure(device, peers.pop() if len(peers) == 1 and -1 not in peers else -1)
         return self._launch("coalesced", [(e, b) for e, b, _ in calls], device, outputs, keep, async_op, contig)
 
-    # ----- helpers ------------------------------------------------------
-    def _reduction(self, op, name, t, opts):
-        code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
-        reducible, ops, complex_ops = _rules()
-        if t.is_complex():
-            if code not in complex_ops:
-                raise ValueError(f"godist: {op}: {_types.OP_NAMES[code]} is not defined on complex tensors")
-            t = torch.view_as_real(t)
-        dt = reducible.get(t.dtype)
-        if dt is None:
-            raise TypeError(f"godist: {op}: {name} has dtype {t.dtype}, which NCCL cannot reduce")
-        if code not in ops[dt]:
-            if not any(code in o for o in ops.values()):
-                known = sorted(set().union(*ops.values()))
-                raise ValueError(f"godist: {op}: {_types.OP_NAMES[code]} is not supported on CUDA tensors: NCCL "
-                                 f"reduces with {', '.join(_types.OP_NAMES[c] for c in known)} only (no bitwise "
-                                 "reductions; torch's nccl backend refuses them too)")
-            raise ValueError(f"godist: {op}: {_types.OP_NAMES[code]} is not defined on {t.dtype} tensors "
-                             "on the NCCL path")
-        return {"dtype": dt, "reduce_op": code, "factor": factor}
-
-    def _timeout(self, opts):
-        return _types.opts_timeout(opts)
-
-    # ----- collectives --------------------------------------------------
-    def allreduce(self, tensors, opts=None):
-        op = "allreduce"
-        t = _dev_of(op, "tensor", _checks.single_any(op, "tensors", tensors))
-        return self._reduce_one(op, self._pg._raw_allreduce, t, opts, root=0)
-
-    def _reduce_one(self, op, entry, t, opts, root, async_op=None):
-        red = self._reduction(op, "tensor", t, opts)
-        contig = _Outputs()
-        buf = contig.prep(t)
-        async_op = _async(opts) if async_op is None else async_op
-        return self._submit(op, entry, t.device, [t], buf, async_op, contig, buf=_desc(buf), root=root,
-                            timeout_ms=self._timeout(opts), **red)
-
-    def allreduce_coalesced(self, tensors, opts=None):
-        op = "allreduce_coalesced"
-        ts = [_dev_of(op, f"tensors[{i}]", t) for i, t in enumerate(_checks.list_any(op, "tensors", tensors))]
-        if not ts:
-            return _SyncWork(op, [], torch.device("cuda", torch.cuda.current_device()))
-        return self._coalesce(ts[0].device, _async(opts),
-                              lambda: [self._reduce_one(op, self._pg._raw_allreduce, t, opts, 0) for t in ts])
-
-    def _coalesce(self, device, async_op, issue):
-        if self._batch is not None:
-            issue()
-            return _Pending("coalesced", [])
-        self.start_batch(device)
-        try:
-            issue()
-        except BaseException:
-            self._batch = None
-            raise
-        return self.end_batch(async_op)
-
-    def broadcast(self, tensors, opts=None):
-        op = "broadcast"
-        t = _dev_of(op, "tensor", _checks.single_any(op, "tensors", tensors))
-        root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._pg._size)
-        contig = _Outputs()
-        buf = contig.prep(t)
-        return self._submit(op, self._pg._raw_broadcast, t.device, [t], buf, _async(opts), contig, buf=_desc(buf),
-                            root=root, timeout_ms=self._timeout(opts))
-
-    def reduce(self, tensors, opts=None):
-        op = "reduce"
-        t = _dev_of(op, "tensor", _checks.single_any(op, "tensors", tensors))
-        root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), self._pg._size)
-        return self._reduce_one(op, self._pg._raw_reduce, t, opts, root)
-
-    def allgather(self, output_tensors, input_tensors, opts=None):
-        op = "allgather"
-        inp = _dev_of(op, "input", _checks.single_any(op, "input_tensors", input_tensors)).contiguous()
-        if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != 1:
-            raise ValueError(f"godist: {op}: output_tensors must be a list holding one list of tensors")
-        outl = [_dev_of(op, f"output_tensors[0][{i}]", o) for i, o in
-                enumerate(_checks.list_any(op, "output_tensors[0]", output_tensors[0], self._pg._size))]
-        _checks.same_kind(op, "output_tensors[0]", outl, inp)
-        contig = _Outputs()
-        bufs = [contig.prep(o) for o in outl]
-        return self._submit(op, self._pg._raw_allgather, inp.device, output_tensors, (inp, bufs), _async(opts),
-                            contig, buf=_desc(inp), outs_list=[_desc(b) for b in bufs],
-                            timeout_ms=self._timeout(opts))
-
-    def allgather_coalesced(self, output_lists, input_list, opts=None):
-        op = "allgather_coalesced"
-        ins = _checks.list_any(op, "input_list", input_list)
-        if not ins:
-            return _SyncWork(op, [], torch.device("cuda", torch.cuda.current_device()))
-        return self._coalesce(ins[0].device, _async(opts), lambda: [
-            self.allgather([[output_lists[r][i] for r in range(self._pg._size)]], [t], opts)
-            for i, t in enumerate(ins)])
-
-    def all_gather_single(self, output, input, opts=None):
-        op = "all_gather_into_tensor"
-        out = _dev_of(op, "output", output)
-        inp = _dev_of(op, "input", input).contiguous()
-        if out.dtype != inp.dtype:
-            raise TypeError(f"godist: {op}: output has dtype {out.dtype} but input has {inp.dtype}")
-        if out.numel() != inp.numel() * self._pg._size:
-            raise ValueError(f"godist: {op}: output has {out.numel()} elements, expected input's {inp.numel()} "
-                             f"x group size {self._pg._size} = {inp.numel() * self._pg._size}")
-        contig = _Outputs()
-        buf = contig.prep(out)
-        return self._submit(op, self._pg._raw_allgather, inp.device, [output], (inp, buf), _async(opts), contig,
-                            buf=_desc(inp), out=_desc(buf), timeout_ms=self._timeout(opts))
-
-    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
-        op = "all_gather_into_tensor_coalesced"
-        outputs = _checks.list_any(op, "outputs", outputs)
-        inputs = _checks.list_any(op, "inputs", inputs, len(outputs))
-        if not inputs:
-            return _SyncWork(op, [], torch.device("cuda", torch.cuda.current_device()))
-        return self._coalesce(inputs[0].device, _async(opts),
-                              lambda: [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)])
-
-    def gather(self, output_tensors, input_tensors, opts=None):
-        op = "gather"
-        pg = self._pg
-        inp = _dev_of(op, "input", _checks.single_any(op, "input_tensors", input_tensors)).contiguous()
-        root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), pg._size)
-        contig = _Outputs()
-        bufs = []
-        if pg._rank == root:
-            if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != 1:
-                raise ValueError(f"godist: {op}: on the root, output_tensors must be a list holding one list of tensors")
-            lst = [_dev_of(op, f"output_tensors[0][{i}]", o)
-                   for i, o in enumerate(_checks.list_any(op, "output_tensors[0]", output_tensors[0], pg._size))]
-            _checks.same_kind(op, "output_tensors[0]", lst, inp)
-            bufs = [contig.prep(o) for o in lst]
-        elif output_tensors and any(len(x) for x in output_tensors):
-            raise ValueError(f"godist: {op}: output_tensors must be empty on non-root ranks")
-        return self._submit(op, pg._raw_gather, inp.device, output_tensors, (inp, bufs), _async(opts), contig,
-                            buf=_desc(inp), outs_list=[_desc(b) for b in bufs], root=root,
-                            timeout_ms=self._timeout(opts))
-
-    def scatter(self, output_tensors, input_tensors, opts=None):
-        op = "scatter"
-        pg = self._pg
-        out = _dev_of(op, "output", _checks.single_any(op, "output_tensors", output_tensors))
-        root = _checks.rank(op, "root rank", getattr(opts, "rootRank", 0), pg._size)
-        contig = _Outputs()
-        obuf = contig.prep(out)
-        lst = []
-        if pg._rank == root:
-            if not isinstance(input_tensors, (list, tuple)) or len(input_tensors) != 1:
-                raise ValueError(f"godist: {op}: on the root, input_tensors must be a list holding one list of tensors")
-            lst = [_dev_of(op, f"input_tensors[0][{i}]", t).contiguous()
-                   for i, t in enumerate(_checks.list_any(op, "input_tensors[0]", input_tensors[0], pg._size))]
-            _checks.same_kind(op, "input_tensors[0]", lst, out)
-        elif input_tensors and any(len(x) for x in input_tensors):
-            raise ValueError(f"godist: {op}: input_tensors must be empty on non-root ranks")
-        return self._submit(op, pg._raw_scatter, out.device, output_tensors, (obuf, lst), _async(opts), contig,
-                            out=_desc(obuf), ins_list=[_desc(t) for t in lst], root=root,
-                            timeout_ms=self._timeout(opts))
-
-    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        op = "reduce_scatter"
-        out = _dev_of(op, "output", _checks.single_any(op, "output_tensors", output_tensors))
-        if not isinstance(input_tensors, (list, tuple)) or len(input_tensors) != 1:
-            raise ValueError(f"godist: {op}: input_tensors must be a list holding one list of tensors")
-        lst = [_dev_of(op, f"input_tensors[0][{i}]", t)
-               for i, t in enumerate(_checks.list_any(op, "input_tensors[0]", input_tensors[0], self._pg._size))]
-        _checks.same_kind(op, "input_tensors[0]", lst, out)
-        flat = torch.cat([t.reshape(-1) for t in lst])  # on the current stream, before the op
-        return self._scatter_from(op, out, flat, opts)
-
-    def _scatter_from(self, op, out, inp, opts):
-        red = self._reduction(op, "output", out, opts)
-        contig = _Outputs()
-        obuf = contig.prep(out)
-        return self._submit(op, self._pg._raw_reduce_scatter, out.device, [out], (inp, obuf), _async(opts), contig,
-                            buf=_desc(inp), out=_desc(obuf), timeout_ms=self._timeout(opts), **red)
-
-    def reduce_scatter_single(self, output, input, opts=None):
-        op = "reduce_scatter_tensor"
-        out = _dev_of(op, "output", output)
-        inp = _dev_of(op, "input", input).contiguous()
-        if out.dtype != inp.dtype:
-            raise TypeError(f"godist: {op}: output has dtype {out.dtype} but input has {inp.dtype}")
-        if inp.numel() != out.numel() * self._pg._size:
-            raise ValueError(f"godist: {op}: input has {inp.numel()} elements, expected output's {out.numel()} "
-                             f"x group size {self._pg._size} = {out.numel() * self._pg._size}")
-        return self._scatter_from(op, out, inp, opts)
-
-    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
-        op = "reduce_scatter_tensor_coalesced"
-        outputs = _checks.list_any(op, "outputs", outputs)
-        inputs = _checks.list_any(op, "inputs", inputs, len(outputs))
-        if not inputs:
-            return _SyncWork(op, [], torch.device("cuda", torch.cuda.current_device()))
-        return self._coalesce(inputs[0].device, _async(opts),
-                              lambda: [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)])
-
-    def alltoall(self, output_tensors, input_tensors, opts=None):
-        op = "alltoall"
-        n = self._pg._size
-        ins = [_dev_of(op, f"input_tensors[{i}]", t).contiguous()
-               for i, t in enumerate(_checks.list_any(op, "input_tensors", input_tensors, n))]
-        outl = [_dev_of(op, f"output_tensors[{i}]", t)
-                for i, t in enumerate(_checks.list_any(op, "output_tensors", output_tensors, n))]
-        for i, (o, t) in enumerate(zip(outl, ins)):
-            if o.dtype != t.dtype:
-                raise TypeError(f"godist: {op}: output_tensors[{i}] has dtype {o.dtype} but input_tensors[{i}] has {t.dtype}")
-        contig = _Outputs()
-        obufs = [contig.prep(o) for o in outl]
-        return self._submit(op, self._pg._raw_alltoall, ins[0].device, output_tensors, (ins, obufs), _async(opts),
-                            contig, ins_list=[_desc(t) for t in ins], outs_list=[_desc(o) for o in obufs],
-                            timeout_ms=self._timeout(opts))
-
-    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
-        op = "all_to_all_single"
-        out = _dev_of(op, "output", output)
-        inp = _dev_of(op, "input", input).contiguous()
-        if out.dtype != inp.dtype:
-            raise TypeError(f"godist: {op}: output has dtype {out.dtype} but input has {inp.dtype}")
-        contig = _Outputs()
-        obuf = contig.prep(out)
-        ins = _checks.rows(op, "input", inp, input_split_sizes, self._pg._size)
-        outl = _checks.rows(op, "output", obuf, output_split_sizes, self._pg._size)
-        return self._submit(op, self._pg._raw_alltoall, inp.device, [output], (inp, obuf), _async(opts), contig,
-                            ins_list=ins, outs_list=outl, timeout_ms=self._timeout(opts))
-
+    # ----- collectives: every op but these is described (see the end of this module) --------
     def barrier(self, opts=None):
         """An all-reduce of one element on the group's device, then the CPU
         waits for it (as torch's nccl backend does)."""
@@ -538,32 +361,31 @@ class NcclPath:
         t = self._scratch.get(dev.index)
         if t is None:
             t = self._scratch[dev.index] = torch.zeros(1, device=dev)
-        w = self._reduce_one("barrier", self._pg._raw_allreduce, t, opts, 0, async_op=False)
+        rules = CudaRules()
+        d = _describe.allreduce(rules, self._pg, [t], opts)
+        d.op = "barrier"
+        w = self._run(d, rules, async_op=False)
         torch.cuda.current_stream(dev).synchronize()
         GodistWork.wait(w)  # the watchdog's verdict: done, or failed (timed out, aborted)
         return _SyncWork("barrier", [], dev)
 
     # ----- point to point -----------------------------------------------
     def send(self, tensors, dstRank, tag=0):
-        op = "send"
-        t = _dev_of(op, "tensor", _checks.single_any(op, "tensors", tensors)).contiguous()
-        dst = _checks.rank(op, "destination rank", dstRank, self._pg._size)
-        if dst == self._pg._rank and self._batch is None:
-            raise ValueError(f"godist: {op}: destination rank {dst} is this rank (NCCL matches a send to itself "
+        rules = CudaRules()
+        d = _describe.send(rules, self._pg, tensors, dstRank, tag)
+        if d.peer == self._pg._rank and self._batch is None:
+            raise ValueError(f"godist: send: destination rank {d.peer} is this rank (NCCL matches a send to itself "
                              "only with its receive in one batch_isend_irecv)")
-        return self._submit(op, self._pg._raw_send, t.device, [t], t, True, peer=dst, buf=_desc(t), peer_=dst)
+        return self._run(d, rules, async_op=True)
 
     def recv(self, tensors, srcRank, tag=0):
-        op = "recv"
-        t = _dev_of(op, "tensor", _checks.single_any(op, "tensors", tensors))
-        src = _checks.rank(op, "source rank", srcRank, self._pg._size)
+        rules = CudaRules()
+        d = _describe.recv(rules, self._pg, tensors, srcRank, tag)
+        src = d.peer
         if src == self._pg._rank and self._batch is None:
-            raise ValueError(f"godist: {op}: source rank {src} is this rank (NCCL matches a receive from itself "
+            raise ValueError(f"godist: recv: source rank {src} is this rank (NCCL matches a receive from itself "
                              "only with its send in one batch_isend_irecv)")
-        contig = _Outputs()
-        buf = contig.prep(t)
-        work = self._submit(op, self._pg._raw_recv, t.device, [t], buf, True, contig, peer=src, buf=_desc(buf),
-                            peer_=src)
+        work = self._run(d, rules, async_op=True)
         work._source = src
         if work._group is not None:
             work._group.source = src  # what the completion thread gives the Work when it completes
@@ -572,6 +394,25 @@ class NcclPath:
     def recv_anysource(self, tensors, tag=0):
         raise ValueError("godist: recv: NCCL cannot receive from any source on CUDA tensors; name the source rank "
                          "(torch's nccl backend has no recv_anysource either)")
+
+
+def _described(name):
+    """NcclPath's method for op name: its description (godist._describe),
+    run on the caller's stream."""
+    describe = getattr(_describe, name)
+
+    def method(self, *args, **kwargs):
+        rules = CudaRules()
+        return self._run(describe(rules, self._pg, *args, **kwargs), rules)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"{name} on CUDA tensors (godist._describe.{name})."
+    return method
+
+
+for _name in _describe.OPS:
+    if not hasattr(NcclPath, _name):
+        setattr(NcclPath, _name, _described(_name))
 
 
 class _Pending(GodistWork):
