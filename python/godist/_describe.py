@@ -191,7 +191,7 @@ def allgather_coalesced(rules, g, output_lists, input_list, opts=None) -> Desc:
     return Desc(op, output_lists, calls, keep, outs, opts)
 
 
-def _gather_into(rules, g, op, output, input, outs):
+def _gather_into(rules, g, op, output, input, opts, outs):
     """all_gather_into_tensor's checks and call, and what it keeps."""
     out = rules.tensor(op, "output", output)
     inp = rules.tensor(op, "input", input).contiguous()
@@ -204,20 +204,43 @@ def _gather_into(rules, g, op, output, input, outs):
     return Call("allgather", fields, {"output": out, "input": inp}), (inp, flat)
 
 
-def all_gather_single(rules, g, output, input, opts=None) -> Desc:
-    op = "all_gather_into_tensor"
+def _one(op, call_of, rules, g, output, input, opts) -> Desc:
+    """An op of one output and one input tensor, whose call call_of makes."""
     outs = _Outputs()
-    call, keep = _gather_into(rules, g, op, output, input, outs)
+    call, keep = call_of(rules, g, op, output, input, opts, outs)
     return Desc(op, [output], [call], keep, outs, opts)
 
 
-def all_gather_single_coalesced(rules, g, outputs, inputs, opts=None) -> Desc:
-    op = "all_gather_into_tensor_coalesced"
+def _coalesced(op, call_of, rules, g, outputs, inputs, opts) -> Desc:
+    """An op of lists of output and input tensors, pairwise as _one's."""
     outputs = rules.tensors(op, "outputs", outputs)
     inputs = rules.tensors(op, "inputs", inputs, len(outputs))
     outs = _Outputs()
-    pairs = [_gather_into(rules, g, op, o, i, outs) for o, i in zip(outputs, inputs)]
+    pairs = [call_of(rules, g, op, o, i, opts, outs) for o, i in zip(outputs, inputs)]
     return Desc(op, outputs, [c for c, _ in pairs], [k for _, k in pairs], outs, opts)
+
+
+def all_gather_single(rules, g, output, input, opts=None) -> Desc:
+    return _one("all_gather_into_tensor", _gather_into, rules, g, output, input, opts)
+
+
+def all_gather_single_coalesced(rules, g, outputs, inputs, opts=None) -> Desc:
+    return _coalesced("all_gather_into_tensor_coalesced", _gather_into, rules, g, outputs, inputs, opts)
+
+
+def _root_list(rules, g, op, name, lists, root, like) -> list:
+    """The root's list of one tensor per rank, each like ``like`` (argument
+    ``name``: a list holding that list); [] on the other ranks, where the
+    argument must be empty."""
+    if g._rank != root:
+        if lists and any(len(x) for x in lists):
+            raise ValueError(f"godist: {op}: {name} must be empty on non-root ranks")
+        return []
+    if not isinstance(lists, (list, tuple)) or len(lists) != 1:
+        raise ValueError(f"godist: {op}: on the root, {name} must be a list holding one list of tensors")
+    lst = rules.tensors(op, f"{name}[0]", lists[0], g._size)
+    _checks.same_kind(op, f"{name}[0]", lst, like)
+    return lst
 
 
 def gather(rules, g, output_tensors, input_tensors, opts=None) -> Desc:
@@ -225,15 +248,7 @@ def gather(rules, g, output_tensors, input_tensors, opts=None) -> Desc:
     inp = rules.single(op, "input_tensors", input_tensors).contiguous()
     root = _root(op, opts, g)
     outs = _Outputs()
-    bufs = []
-    if g._rank == root:
-        if not isinstance(output_tensors, (list, tuple)) or len(output_tensors) != 1:
-            raise ValueError(f"godist: {op}: on the root, output_tensors must be a list holding one list of tensors")
-        lst = rules.tensors(op, "output_tensors[0]", output_tensors[0], g._size)
-        _checks.same_kind(op, "output_tensors[0]", lst, inp)
-        bufs = [outs.prep(o) for o in lst]
-    elif output_tensors and any(len(x) for x in output_tensors):
-        raise ValueError(f"godist: {op}: output_tensors must be empty on non-root ranks")
+    bufs = [outs.prep(o) for o in _root_list(rules, g, op, "output_tensors", output_tensors, root, inp)]
     fields = {"buf": _desc(inp), "outs": [_desc(o) for o in bufs], "root": root, "dtype": _types.dtype_or_bytes(inp)}
     return Desc(op, output_tensors, [Call("gather", fields, {"input_tensor": inp})], (inp, bufs), outs, opts)
 
@@ -244,14 +259,7 @@ def scatter(rules, g, output_tensors, input_tensors, opts=None) -> Desc:
     root = _root(op, opts, g)
     outs = _Outputs()
     obuf = outs.prep(out)
-    lst = []
-    if g._rank == root:
-        if not isinstance(input_tensors, (list, tuple)) or len(input_tensors) != 1:
-            raise ValueError(f"godist: {op}: on the root, input_tensors must be a list holding one list of tensors")
-        lst = [t.contiguous() for t in rules.tensors(op, "input_tensors[0]", input_tensors[0], g._size)]
-        _checks.same_kind(op, "input_tensors[0]", lst, out)
-    elif input_tensors and any(len(x) for x in input_tensors):
-        raise ValueError(f"godist: {op}: input_tensors must be empty on non-root ranks")
+    lst = [t.contiguous() for t in _root_list(rules, g, op, "input_tensors", input_tensors, root, out)]
     fields = {"out": _desc(obuf), "ins": [_desc(t) for t in lst], "root": root, "dtype": _types.dtype_or_bytes(out)}
     return Desc(op, output_tensors, [Call("scatter", fields, {"output_tensor": out})], (obuf, lst), outs, opts)
 
@@ -290,19 +298,11 @@ def _scatter_from(rules, g, op, output, input, opts, outs):
 
 
 def reduce_scatter_single(rules, g, output, input, opts=None) -> Desc:
-    op = "reduce_scatter_tensor"
-    outs = _Outputs()
-    call, keep = _scatter_from(rules, g, op, output, input, opts, outs)
-    return Desc(op, [output], [call], keep, outs, opts)
+    return _one("reduce_scatter_tensor", _scatter_from, rules, g, output, input, opts)
 
 
 def reduce_scatter_single_coalesced(rules, g, outputs, inputs, opts=None) -> Desc:
-    op = "reduce_scatter_tensor_coalesced"
-    outputs = rules.tensors(op, "outputs", outputs)
-    inputs = rules.tensors(op, "inputs", inputs, len(outputs))
-    outs = _Outputs()
-    pairs = [_scatter_from(rules, g, op, o, i, opts, outs) for o, i in zip(outputs, inputs)]
-    return Desc(op, outputs, [c for c, _ in pairs], [k for _, k in pairs], outs, opts)
+    return _coalesced("reduce_scatter_tensor_coalesced", _scatter_from, rules, g, outputs, inputs, opts)
 
 
 def alltoall(rules, g, output_tensors, input_tensors, opts=None) -> Desc:
