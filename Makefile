@@ -98,7 +98,7 @@ test-go: lint $(STAMP)
 
 # Every Go fuzz target (found by tools/fuzz.sh) for FUZZTIME each, from the
 # seeds in the targets and their testdata/fuzz corpora.
-FUZZTIME ?= 10s
+FUZZTIME ?= 5s
 fuzz: deps
 	GO=$(GO) FUZZTIME=$(FUZZTIME) tools/fuzz.sh
 
@@ -120,10 +120,16 @@ $(COMPAT_STAMP): requirements-dev.txt
 COMPAT_SKIP := test_hosts.py test_bench_hosts.py test_fault_matrix.py test_soak.py test_torchft_faults.py \
 	test_agreement.py test_faults.py test_desync.py test_auth.py test_store.py test_packaging.py test_mpi.py \
 	test_mpi_shim.py test_bench_mpi.py test_nccl.py test_nccl_fake.py test_gpuinfo.py test_info.py test_netif.py \
-	test_facts.py test_bench.py test_bench_cuda.py test_bench_deepspeed.py test_logging.py test_examples.py
+	test_facts.py test_bench.py test_bench_cuda.py test_bench_deepspeed.py test_logging.py test_examples.py \
+	test_debug_tools.py
+# Of the suites that run, the cases about godist's own runtime (process exit,
+# its threads) and the 4-rank repeats of what 1-3 ranks check already.
+COMPAT_DESELECT := test_work.py::test_exit_with_completion_thread_busy test_work.py::test_runtime_keeps_spare_procs \
+	test_custom_ops.py::test_custom_ops_match_gloo[4] test_native_ops.py::test_native_kernel_runs_and_matches_gloo[4]
 test-compat: install $(COMPAT_STAMP)
 	PYTHONPATH=$(CURDIR)/python $(COMPAT_VENV)/bin/python -m pytest python/tests \
-		$(foreach f,$(COMPAT_SKIP),--ignore=python/tests/$(f))
+		$(foreach f,$(COMPAT_SKIP),--ignore=python/tests/$(f)) \
+		$(foreach t,$(COMPAT_DESELECT),--deselect=python/tests/$(t))
 
 # Open MPI and MPICH for the MPI path's tests, from Debian, installed when
 # missing where this machine can (root with apt-get); elsewhere the MPI tests

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every Go fuzz target in the module for FUZZTIME each (default 10s).
+# Runs every Go fuzz target in the module for FUZZTIME each (default 5s).
 # Targets are found by grepping the _test.go files, so new ones join by
 # themselves. Go allows one -fuzz target per invocation; a failing input is
 # written to the package's testdata/fuzz/<Target>/ and fails the run.
@@ -7,7 +7,7 @@
 set -u
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
-FUZZTIME=${FUZZTIME:-10s}
+FUZZTIME=${FUZZTIME:-5s}
 par=()
 [ -n "${FUZZPARALLEL:-}" ] && par=(-parallel="$FUZZPARALLEL")
 failed=()
