@@ -125,7 +125,11 @@ COMPAT_SKIP := test_hosts.py test_bench_hosts.py test_fault_matrix.py test_soak.
 # Of the suites that run, the cases about godist's own runtime (process exit,
 # its threads) and the 4-rank repeats of what 1-3 ranks check already.
 COMPAT_DESELECT := test_work.py::test_exit_with_completion_thread_busy test_work.py::test_runtime_keeps_spare_procs \
-	test_custom_ops.py::test_custom_ops_match_gloo[4] test_native_ops.py::test_native_kernel_runs_and_matches_gloo[4]
+	test_custom_ops.py::test_custom_ops_match_gloo[4] test_native_ops.py::test_native_kernel_runs_and_matches_gloo[4] \
+	test_collectives.py::test_collectives_match_gloo_and_reference[4-auto] test_ddp.py::test_ddp_matches_gloo[4] \
+	test_ops.py::test_rooted_and_list_ops[4] test_ops.py::test_point_to_point[4] test_ops.py::test_coalesced[4] \
+	test_ops.py::test_object_collectives[4] test_ops.py::test_subgroups[4] \
+	test_split.py::test_children_match_gloo_on_every_op[4]
 test-compat: install $(COMPAT_STAMP)
 	PYTHONPATH=$(CURDIR)/python $(COMPAT_VENV)/bin/python -m pytest python/tests \
 		$(foreach f,$(COMPAT_SKIP),--ignore=python/tests/$(f)) \

@@ -21,26 +21,26 @@ and the arguments of the ProcessGroup method of the same name.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
-from . import _checks, _lib, _types
+from . import _checks, _fast, _lib, _types
 from ._args import _async, _desc, _Outputs
 
 
-class Call(NamedTuple):
-    """One library call of an op."""
-
-    entry: str    # the entry point: "allreduce", "allgather", ... (_lib.OP_CODES)
-    fields: dict  # its GodistOp fields; buf/out a (pointer, nbytes) pair, ins/outs lists of them
-    named: dict   # the op's tensors by argument name, as desync detection describes them
+# A call of an op: a tuple (entry, fields, named) -- plain tuples, since the
+# general path of small ops pays for every object it makes:
+#   entry   the entry point: "allreduce", "allgather", ... (_lib.OP_CODES)
+#   fields  its GodistOp fields; buf/out a (pointer, nbytes) pair, ins/outs
+#           lists of them
+#   named   the op's tensors by argument name, as desync detection
+#           describes them
 
 
 class Desc:
     """What one op does: see the module's docstring."""
 
     __slots__ = ("op", "outputs", "calls", "keep", "outs", "opts", "peer")
+    # calls: the op's calls, each (entry, fields, named) as above
 
     def __init__(self, op, outputs, calls, keep, outs, opts, peer=-1):
         self.op, self.outputs, self.calls, self.keep, self.outs, self.opts = op, outputs, calls, keep, outs, opts
@@ -55,18 +55,17 @@ class Desc:
         return _types.opts_timeout(self.opts)
 
 
-_LISTS = ("ins", "outs")
-
-
 def block(h: int, timeout_ms: int, fields: dict, **extra) -> _lib.GodistOp:
     """The GodistOp of one call on group handle h."""
     if "ins" not in fields and "outs" not in fields:
         return _lib.GodistOp(pg=h, timeout_ms=timeout_ms, **fields, **extra)
-    op = _lib.GodistOp(pg=h, timeout_ms=timeout_ms, **{k: v for k, v in fields.items() if k not in _LISTS}, **extra)
-    if "ins" in fields:
-        op.ins, op.nins = _lib.buf_list(fields["ins"])
-    if "outs" in fields:
-        op.outs, op.nouts = _lib.buf_list(fields["outs"])
+    ins, outs = fields.get("ins"), fields.get("outs")
+    fields = {k: v for k, v in fields.items() if k != "ins" and k != "outs"}
+    op = _lib.GodistOp(pg=h, timeout_ms=timeout_ms, **fields, **extra)
+    if ins is not None:
+        op.ins, op.nins = _lib.buf_list(ins)
+    if outs is not None:
+        op.outs, op.nouts = _lib.buf_list(outs)
     return op
 
 
@@ -79,19 +78,28 @@ class Rules:
     # (NCCL's form) rather than as a list of buffers.
     flat_scatter = False
 
-    def tensor(self, op: str, name: str, t) -> torch.Tensor:
-        return _checks.tensor(op, name, t)
-
-    def tensors(self, op: str, name: str, ts, length: int | None = None) -> list:
-        return _checks.tensor_list(op, name, ts, length)
-
-    def single(self, op: str, name: str, ts) -> torch.Tensor:
-        return _checks.single(op, name, ts)
+    # tensor(op, name, t), tensors(op, name, ts, length=None) and
+    # single(op, name, ts): one tensor argument, a list of them, a list of
+    # one (the checks, as plain functions: no method call on the CPU path).
+    tensor = staticmethod(_checks.tensor)
+    tensors = staticmethod(_checks.tensor_list)
+    single = staticmethod(_checks.single)
 
     def reduction(self, op: str, name: str, t: torch.Tensor, opts) -> dict:
         """The dtype, reduce op and factor fields of a reduction of t."""
-        code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
+        code, factor = reduce_op(opts)
         return {"dtype": _checks.dtype_code(op, name, t), "reduce_op": code, "factor": factor}
+
+
+def reduce_op(opts) -> tuple[int, float]:
+    """The options' reduce op: (code, PREMUL_SUM factor). The ops without a
+    factor are read as the fast paths read them (godist._fast._op_code)."""
+    rop = getattr(opts, "reduceOp", None)
+    if rop is not None and _fast._HASH_IS_CODE:
+        code = hash(rop)
+        if code in _fast._SIMPLE:
+            return code, 0.0
+    return _types.reduce_op(rop)
 
 
 CPU = Rules()
@@ -114,7 +122,7 @@ def allreduce(rules, g, tensors, opts=None) -> Desc:
     red = rules.reduction(op, "tensor", t, opts)
     outs = _Outputs()
     buf = outs.prep(t)
-    return Desc(op, [t], [Call("allreduce", {"buf": _desc(buf), **red}, {"tensor": t})], buf, outs, opts)
+    return Desc(op, [t], [("allreduce", {"buf": _desc(buf), **red}, {"tensor": t})], buf, outs, opts)
 
 
 def allreduce_coalesced(rules, g, tensors, opts=None) -> Desc:
@@ -126,7 +134,7 @@ def allreduce_coalesced(rules, g, tensors, opts=None) -> Desc:
         red = rules.reduction(op, f"tensors[{i}]", t, opts)
         buf = outs.prep(t)
         keep.append(buf)
-        calls.append(Call("allreduce", {"buf": _desc(buf), **red}, {f"tensors[{i}]": t}))
+        calls.append(("allreduce", {"buf": _desc(buf), **red}, {f"tensors[{i}]": t}))
     return Desc(op, ts, calls, keep, outs, opts)
 
 
@@ -139,7 +147,7 @@ def broadcast(rules, g, tensors, opts=None) -> Desc:
     outs = _Outputs()
     buf = outs.prep(t)
     fields = {"buf": _desc(buf), "root": root, "dtype": _types.dtype_or_bytes(t)}
-    return Desc(op, [t], [Call("broadcast", fields, {"tensor": t})], buf, outs, opts)
+    return Desc(op, [t], [("broadcast", fields, {"tensor": t})], buf, outs, opts)
 
 
 def reduce(rules, g, tensors, opts=None) -> Desc:
@@ -149,7 +157,7 @@ def reduce(rules, g, tensors, opts=None) -> Desc:
     root = _root(op, opts, g)
     outs = _Outputs()
     buf = outs.prep(t)
-    return Desc(op, [t], [Call("reduce", {"buf": _desc(buf), "root": root, **red}, {"tensor": t})], buf, outs, opts)
+    return Desc(op, [t], [("reduce", {"buf": _desc(buf), "root": root, **red}, {"tensor": t})], buf, outs, opts)
 
 
 def _gather_call(op, name, out_list, inp, outs, named):
@@ -158,7 +166,7 @@ def _gather_call(op, name, out_list, inp, outs, named):
     _checks.same_kind(op, name, out_list, inp)
     bufs = [outs.prep(o) for o in out_list]
     fields = {"buf": _desc(inp), "outs": [_desc(o) for o in bufs], "dtype": _types.dtype_or_bytes(inp)}
-    return Call("allgather", fields, named), bufs
+    return ("allgather", fields, named), bufs
 
 
 def allgather(rules, g, output_tensors, input_tensors, opts=None) -> Desc:
@@ -201,7 +209,7 @@ def _gather_into(rules, g, op, output, input, opts, outs):
                          f"x group size {g._size} = {inp.numel() * g._size}")
     flat = outs.prep(out)
     fields = {"buf": _desc(inp), "out": _desc(flat), "dtype": _types.dtype_or_bytes(inp)}
-    return Call("allgather", fields, {"output": out, "input": inp}), (inp, flat)
+    return ("allgather", fields, {"output": out, "input": inp}), (inp, flat)
 
 
 def _one(op, call_of, rules, g, output, input, opts) -> Desc:
@@ -250,7 +258,7 @@ def gather(rules, g, output_tensors, input_tensors, opts=None) -> Desc:
     outs = _Outputs()
     bufs = [outs.prep(o) for o in _root_list(rules, g, op, "output_tensors", output_tensors, root, inp)]
     fields = {"buf": _desc(inp), "outs": [_desc(o) for o in bufs], "root": root, "dtype": _types.dtype_or_bytes(inp)}
-    return Desc(op, output_tensors, [Call("gather", fields, {"input_tensor": inp})], (inp, bufs), outs, opts)
+    return Desc(op, output_tensors, [("gather", fields, {"input_tensor": inp})], (inp, bufs), outs, opts)
 
 
 def scatter(rules, g, output_tensors, input_tensors, opts=None) -> Desc:
@@ -261,7 +269,7 @@ def scatter(rules, g, output_tensors, input_tensors, opts=None) -> Desc:
     obuf = outs.prep(out)
     lst = [t.contiguous() for t in _root_list(rules, g, op, "input_tensors", input_tensors, root, out)]
     fields = {"out": _desc(obuf), "ins": [_desc(t) for t in lst], "root": root, "dtype": _types.dtype_or_bytes(out)}
-    return Desc(op, output_tensors, [Call("scatter", fields, {"output_tensor": out})], (obuf, lst), outs, opts)
+    return Desc(op, output_tensors, [("scatter", fields, {"output_tensor": out})], (obuf, lst), outs, opts)
 
 
 def reduce_scatter(rules, g, output_tensors, input_tensors, opts=None) -> Desc:
@@ -279,7 +287,7 @@ def reduce_scatter(rules, g, output_tensors, input_tensors, opts=None) -> Desc:
         fields, keep = {"buf": _desc(flat), "out": _desc(obuf), **red}, (flat, obuf)
     else:
         fields, keep = {"out": _desc(obuf), "ins": [_desc(t) for t in lst], **red}, (lst, obuf)
-    call = Call("reduce_scatter", fields, {"output": out, "input_tensors": lst})
+    call = ("reduce_scatter", fields, {"output": out, "input_tensors": lst})
     return Desc(op, output_tensors, [call], keep, outs, opts)
 
 
@@ -294,7 +302,7 @@ def _scatter_from(rules, g, op, output, input, opts, outs):
                          f"x group size {g._size} = {out.numel() * g._size}")
     obuf = outs.prep(out)
     fields = {"buf": _desc(inp), "out": _desc(obuf), **red}
-    return Call("reduce_scatter", fields, {"output": out, "input": inp}), (inp, obuf)
+    return ("reduce_scatter", fields, {"output": out, "input": inp}), (inp, obuf)
 
 
 def reduce_scatter_single(rules, g, output, input, opts=None) -> Desc:
@@ -315,7 +323,7 @@ def alltoall(rules, g, output_tensors, input_tensors, opts=None) -> Desc:
     obufs = [outs.prep(o) for o in outl]
     dt = _types.dtype_or_bytes(ins[0]) if ins and all(t.dtype == ins[0].dtype for t in ins) else -1
     fields = {"ins": [_desc(t) for t in ins], "outs": [_desc(o) for o in obufs], "dtype": dt}
-    return Desc(op, output_tensors, [Call("alltoall", fields, {})], (ins, obufs), outs, opts)
+    return Desc(op, output_tensors, [("alltoall", fields, {})], (ins, obufs), outs, opts)
 
 
 def all_to_all_single(rules, g, output, input, output_split_sizes=None, input_split_sizes=None, opts=None) -> Desc:
@@ -328,7 +336,7 @@ def all_to_all_single(rules, g, output, input, output_split_sizes=None, input_sp
     fields = {"ins": _checks.rows(op, "input", inp, input_split_sizes, g._size),
               "outs": _checks.rows(op, "output", obuf, output_split_sizes, g._size),
               "dtype": _types.dtype_or_bytes(inp)}
-    return Desc(op, [output], [Call("alltoall", fields, {})], (inp, obuf), outs, opts)
+    return Desc(op, [output], [("alltoall", fields, {})], (inp, obuf), outs, opts)
 
 
 # ----- point to point -------------------------------------------------------
@@ -338,7 +346,7 @@ def send(rules, g, tensors, dstRank, tag=0) -> Desc:
     t = rules.single(op, "tensors", tensors).contiguous()
     dst = _checks.rank(op, "destination rank", dstRank, g._size)
     fields = {"buf": _desc(t), "peer": dst, "tag": _checks.tag(op, tag)}
-    return Desc(op, [t], [Call("send", fields, {})], t, _Outputs(), None, peer=dst)
+    return Desc(op, [t], [("send", fields, {})], t, _Outputs(), None, peer=dst)
 
 
 _ANY = object()  # recv_anysource's source
@@ -352,7 +360,7 @@ def _recv(rules, g, tensors, src, tag) -> Desc:
     outs = _Outputs()
     buf = outs.prep(t)
     fields = {"buf": _desc(buf), "peer": src, "tag": _checks.tag(op, tag)}
-    return Desc(op, [t], [Call("recv", fields, {})], buf, outs, None, peer=src)
+    return Desc(op, [t], [("recv", fields, {})], buf, outs, None, peer=src)
 
 
 def recv(rules, g, tensors, srcRank, tag=0) -> Desc:

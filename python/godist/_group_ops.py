@@ -41,12 +41,17 @@ class GroupOps:
     def _run(self, d, async_op=None):
         """Submit the calls of description d (godist._describe) and return
         its Work (async_op: the op's own choice, else the options')."""
-        ms = d.timeout_ms
-        details, op = self._details, d.op
-        calls = [(getattr(self, "_raw_" + c.entry), _describe.block(self._h, ms, c.fields, **details(op, **c.named)))
-                 for c in d.calls]
-        return self._track(submit(op, d.outputs, calls, d.outs.finalizer(), keep=d.keep,
-                                  async_op=d.async_op if async_op is None else async_op))
+        ms, h, block = _types.opts_timeout(d.opts), self._h, _describe.block
+        if self._detail:  # TORCH_DISTRIBUTED_DEBUG=DETAIL: each call describes its tensors
+            calls = [(getattr(self, "_raw_" + entry), block(h, ms, fields, **self._details(d.op, **named)))
+                     for entry, fields, named in d.calls]
+        elif len(d.calls) == 1:
+            entry, fields, _ = d.calls[0]
+            calls = [(getattr(self, "_raw_" + entry), block(h, ms, fields))]
+        else:
+            calls = [(getattr(self, "_raw_" + entry), block(h, ms, fields)) for entry, fields, _ in d.calls]
+        return self._track(submit(d.op, d.outputs, calls, d.outs.finalizer(), keep=d.keep,
+                                  async_op=_async(d.opts) if async_op is None else async_op))
 
     def _op(self, opts, timeout_ms=None, **fields):
         """A GodistOp on this group with no buffers (the barriers): the

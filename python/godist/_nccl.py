@@ -89,7 +89,7 @@ class CudaRules(_describe.Rules):
         return self.tensor(op, f"{name}[0]", _checks.single_any(op, name, ts))
 
     def reduction(self, op, name, t, opts):
-        code, factor = _types.reduce_op(getattr(opts, "reduceOp", None))
+        code, factor = _describe.reduce_op(opts)
         reducible, ops, complex_ops = _rules()
         if t.is_complex():
             if code not in complex_ops:
@@ -285,8 +285,8 @@ class NcclPath:
         if not d.calls:
             return _SyncWork(d.op, [], device)
         pg, ms = self._pg, d.timeout_ms
-        calls = [(getattr(pg, "_raw_" + c.entry), _describe.block(pg._h, ms, c.fields, op_code=_lib.OP_CODES[c.entry]))
-                 for c in d.calls]
+        calls = [(getattr(pg, "_raw_" + entry), _describe.block(pg._h, ms, fields, op_code=_lib.OP_CODES[entry]))
+                 for entry, fields, _ in d.calls]
         if self._batch is not None:
             if self._batch[0] != device:
                 raise ValueError(f"godist: {d.op}: coalesced ops on CUDA must share one device "
