@@ -1,10 +1,17 @@
 """Runs a function on N real processes and collects every rank's result.
 
-``run_world(fn, n, *args)`` spawns n processes (start method "spawn"), calls
+``run_world(fn, n, *args)`` starts n processes, calls
 ``fn(rank, n, init_file, *args)`` in each, and returns the list of return
-values by rank. Any exception on any rank fails the call with every rank's
-traceback; a rank that does not finish within ``timeout`` seconds is killed
-and fails it too, so a hang never outlives its test.
+values by rank. The processes are forked from a server that has imported
+torch once (start method "forkserver"; godist itself, with its Go runtime,
+is imported only after the fork), so a rank starts in milliseconds instead
+of the seconds an import of torch takes; each gets the caller's environment
+as a spawned process would. A world whose environment differs from the
+server's in a variable read when a library loads (torch's ``TORCH_``, Go's
+``GODIST_NCCL_LIBRARY``, the MPI launcher's, ...) is spawned. Any exception
+on any rank fails the call with every rank's traceback; a rank that does not
+finish within ``timeout`` seconds is killed and fails it too, so a hang never
+outlives its test.
 """
 
 from __future__ import annotations
@@ -16,10 +23,38 @@ import tempfile
 import time
 import traceback
 
-_ctx = mp.get_context("spawn")
+_spawn = mp.get_context("spawn")
+_fork = mp.get_context("forkserver")
+_fork.set_forkserver_preload(["torch", "torch.distributed"])
+_server_env: dict | None = None
+
+# Variables read when a library loads (torch's at import, Go's from the
+# environment the process was started with: a forked rank has the server's)
+# are the server's in its ranks; those godist's Python reads are not.
+_AT_LOAD = ("GODIST_", "TORCH_", "GO", "OMPI_", "PMI", "MPI", "HYDRA_", "NCCL_", "CUDA", "LD_")
+_READ_BY_PYTHON = {"GODIST_TRANSPORT", "GODIST_LOG_LEVEL", "GODIST_NATIVE_OPS", "GODIST_SOCKET_IFNAME",
+                   "GODIST_BIND_ADDR", "GODIST_SECRET", "GODIST_CUDA", "GODIST_DUMP_ON_SIGNAL"}
+
+
+def _at_load(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k.startswith(_AT_LOAD) and k not in _READ_BY_PYTHON}
+
+
+def _context(env: dict):
+    """The forkserver when the variables read at load in env are as they
+    were when it started, else spawn."""
+    global _server_env
+    want = _at_load(env)
+    if _server_env is None:
+        # The server starts with the environment of this process.
+        if want != _at_load(os.environ):
+            return _spawn
+        _server_env = want
+    return _fork if want == _server_env else _spawn
 
 
 def _child(fn, rank, n, init_file, args, q, env):
+    os.environ.clear()
     os.environ.update(env)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
@@ -50,8 +85,10 @@ def run_world(fn, n: int, *args, timeout: float = 240, env: dict | None = None, 
     expect_exit = expect_exit or {}
     with tempfile.TemporaryDirectory() as d:
         init_file = os.path.join(d, "store")
-        q = _ctx.Queue()
-        procs = [_ctx.Process(target=_child, args=(fn, r, n, init_file, args, q, env or {}), daemon=True) for r in range(n)]
+        full = {**os.environ, **(env or {})}
+        ctx = _context(full)
+        q = ctx.Queue()
+        procs = [ctx.Process(target=_child, args=(fn, r, n, init_file, args, q, full), daemon=True) for r in range(n)]
         for p in procs:
             p.start()
         results, errors = {}, {}
