@@ -12,7 +12,7 @@ import (
 
 // abiVersion is bumped on any incompatible change to the exported functions.
 // python/godist/_lib.py refuses to load a library with another version.
-const abiVersion = 13
+const abiVersion = 14
 
 //export godist_abi_version
 func godist_abi_version() C.int32_t { return abiVersion }

@@ -83,3 +83,36 @@ func godist_pg_split(h C.uint64_t, ranks *C.int32_t, n C.int32_t, group *C.char,
 	*out = C.uint64_t(handles.put(child))
 	return statusOK
 }
+
+// godist_pg_flight writes the group's flight recorder entries
+// (libgodist.FlightEntry, oldest first) as a JSON array into buf
+// (capacity bytes) and its length into *outlen; if capacity is too small
+// it returns statusInvalid with the needed length in *outlen.
+//
+//export godist_pg_flight
+func godist_pg_flight(h C.uint64_t, buf unsafe.Pointer, capacity C.int64_t, outlen *C.int64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := lookup[*libgodist.ProcessGroup](uint64(h))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	return putJSON(pg.Flight(), "flight recorder", buf, capacity, outlen, errbuf, errlen)
+}
+
+// godist_pg_set_flight sets how many operations the group's flight
+// recorder keeps (0 turns it off; libgodist.DefaultFlightEntries until
+// set) and drops what it holds.
+//
+//export godist_pg_set_flight
+func godist_pg_set_flight(h C.uint64_t, entries C.int64_t, errbuf *C.char, errlen C.int32_t) (rc C.int) {
+	defer recoverTo(&rc, errbuf, errlen)
+	pg, err := lookup[*libgodist.ProcessGroup](uint64(h))
+	if err != nil {
+		return finish(err, errbuf, errlen)
+	}
+	if entries < 0 {
+		return finish(fmt.Errorf("%w: flight recorder size %d is negative", libgodist.ErrInvalid, int64(entries)), errbuf, errlen)
+	}
+	pg.SetFlightEntries(int(entries))
+	return statusOK
+}

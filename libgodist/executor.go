@@ -57,7 +57,9 @@ func (pg *ProcessGroup) submit(op string, o Opts, call transport.Call, run func(
 	t := &task{work: Work{Op: op, Seq: seq, source: -1}, timeout: timeout, run: run, call: call, detail: o.Detail}
 	w := &t.work
 	t.w = w
+	t.flight = pg.recordCall(seq, op, &t.call, timeout)
 	if err := pg.usable(); err != nil && !pg.desyncPending() {
+		t.flight.completed(&pg.flight, err)
 		w.finish(err, -1)
 		return w
 	}
@@ -213,6 +215,7 @@ func (e *executor) waitIdle() {
 func (pg *ProcessGroup) runTask(t *task) {
 	pg.entered.Store(t.w.Seq)
 	t.started = time.Now()
+	t.flight.started(&pg.flight, t.started)
 	ctx := &t.ctx
 	ctx.init(pg.ctx, t.started, t.timeout)
 	ctx.task = t
@@ -235,6 +238,7 @@ func (pg *ProcessGroup) runTask(t *task) {
 		if !errors.As(err, &oe) {
 			err = fmt.Errorf("godist: %s (seq %d): %w", t.w.Op, t.w.Seq, err)
 		}
+		t.flight.completed(&pg.flight, err)
 		t.w.finish(err, -1)
 		return
 	}
@@ -264,6 +268,7 @@ func (pg *ProcessGroup) runTask(t *task) {
 		pg.traceEnd(t, err)
 	}
 	pg.running.CompareAndSwap(t, nil)
+	t.flight.completed(&pg.flight, err)
 	t.w.finish(err, -1)
 	pg.lastDone.Store(t)
 }

@@ -33,20 +33,26 @@ func TestInlineAllReduceAllocs(t *testing.T) {
 
 // BenchmarkInlineAllReduce measures the engine's cost of one synchronous
 // all-reduce on a group of one (no communication): argument checks, the
-// executor, the deadline and the Work.
+// executor, the deadline and the Work; with the flight recorder (the
+// default) and without it.
 func BenchmarkInlineAllReduce(b *testing.B) {
-	pgs, _ := group(b, 1, time.Minute)
-	buf := make([]byte, 8)
-	a := ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}
-	b.ReportAllocs()
-	for b.Loop() {
-		w, err := pgs[0].AllReduce(buf, a, Opts{Inline: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := w.Err(); err != nil {
-			b.Fatal(err)
-		}
+	for _, entries := range []int{DefaultFlightEntries, 0} {
+		b.Run(fmt.Sprintf("flight=%d", entries), func(b *testing.B) {
+			pgs, _ := group(b, 1, time.Minute)
+			pgs[0].SetFlightEntries(entries)
+			buf := make([]byte, 8)
+			a := ReduceArgs{DType: reduce.Float32, Op: reduce.Sum}
+			b.ReportAllocs()
+			for b.Loop() {
+				w, err := pgs[0].AllReduce(buf, a, Opts{Inline: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := w.Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

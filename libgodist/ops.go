@@ -231,12 +231,15 @@ func (pg *ProcessGroup) Send(buf []byte, peer int, tag int64, o Opts) (*Work, er
 	if timeout <= 0 {
 		timeout = pg.Timeout()
 	}
+	key := pg.recordP2P("send", peer, len(buf), timeout)
 	ctx := newOpContext(pg.ctx, timeout)
 	defer ctx.cancel()
+	key.started(&pg.flight, time.Now())
 	err := pg.tr.Send(ctx, peer, transport.P2PTag(tag), buf)
 	if err != nil {
 		err = pg.p2pError("send", peer, err, timeout)
 	}
+	key.completed(&pg.flight, err)
 	return completedWork("send", 0, err), nil
 }
 
@@ -254,6 +257,7 @@ func (pg *ProcessGroup) Recv(buf []byte, peer int, tag int64, o Opts) (*Work, er
 		timeout = pg.Timeout()
 	}
 	w := newWork("recv", 0)
+	key := pg.recordP2P("recv", peer, len(buf), timeout)
 	r := pg.tr.PostRecv(peer, transport.P2PTag(tag), buf)
 	w.assist = r.Help
 	timer := time.AfterFunc(timeout, func() { r.Cancel(transport.ErrTimeout) })
@@ -265,6 +269,7 @@ func (pg *ProcessGroup) Recv(buf []byte, peer int, tag int64, o Opts) (*Work, er
 		if err != nil {
 			err = pg.p2pError("recv", peer, err, timeout)
 		}
+		key.completed(&pg.flight, err)
 		w.finish(err, r.Source())
 	})
 	return w, nil

@@ -75,6 +75,8 @@ type ProcessGroup struct {
 	fwMu      sync.Mutex           // one farewell lookup at a time
 	farewells map[int]farewellNote // peers' farewells read so far; guarded by fwMu
 
+	flight flight // the last operations (flight.go)
+
 	dev *devicePath // device memory (CUDA tensors); nil for groups made without backends
 
 	closeOnce sync.Once
@@ -99,6 +101,7 @@ type task struct {
 	started time.Time
 	call    transport.Call // the op's fingerprint, in its context (transport.CallOf)
 	detail  string         // the caller's description of its tensors (Opts.Detail)
+	flight  flightRef      // its flight recorder entry
 	ctx     opContext      // set up before the task is stored in pg.running
 	comm    comm           // what the op's algorithm runs on (runTask)
 	// progress is the query of the peers' progress started as the deadline
@@ -128,6 +131,7 @@ func newPG(cfg Config) *ProcessGroup {
 		pg.tune = *cfg.Tuning
 	}
 	pg.exec.init(pg)
+	pg.flight.init(pg.created)
 	return pg
 }
 

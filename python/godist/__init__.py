@@ -23,6 +23,7 @@ import torch.distributed as dist
 from . import _mpi
 from ._errors import (GodistClosedError, GodistDesyncError, GodistError, GodistForkError,  # noqa: F401
                       GodistInternalError, GodistInvalidError, GodistTimeoutError)
+from ._flight import dump_fr_trace  # noqa: F401
 from ._log import set_level as set_log_level  # noqa: F401
 from ._mpi import mpi_finalize, mpi_info  # noqa: F401
 from ._version import __version__ as __version__
@@ -128,4 +129,4 @@ atexit.register(close_all)
 
 __all__ = ["GodistProcessGroup", "GodistBackend", "GodistWork", "GodistError", "GodistTimeoutError", "GodistClosedError", "GodistDesyncError",
            "GodistInvalidError", "GodistInternalError", "GodistForkError", "BACKEND", "monitored_barrier",
-           "runtime_stats", "dump_state", "topology", "set_log_level", "mpi_info", "mpi_finalize", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]
+           "runtime_stats", "dump_state", "dump_fr_trace", "topology", "set_log_level", "mpi_info", "mpi_finalize", "TCPStore", "TCPServer", "FileStore", "HashStore", "PrefixStore"]

@@ -147,6 +147,7 @@ class Group(GroupOps):
             setattr(self, "_raw_" + name, getattr(lib.raw, name))
 
     def _register(self) -> None:
+        _flight.configure(self)
         with _live_lock:
             _live.add(self)
             _by_name[self._name] = self

@@ -23,7 +23,7 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_int64, c_uint6
 
 from . import _errors, _log, _types
 
-ABI_VERSION = 13
+ABI_VERSION = 14
 # GODIST_ASYNC (capi/godist.h): an asynchronous op, whose handle Go pushes
 # to the completion queue once watched. Without it an op is synchronous.
 ASYNC = 1
@@ -114,6 +114,8 @@ _DECLS = {
     "godist_pg_set_timeout": (c_int, [c_uint64, c_int64] + _ERR),
     "godist_pg_error": (c_int, [c_uint64, POINTER(c_int32)] + _ERR),
     "godist_pg_split": (c_int, [c_uint64, POINTER(c_int32), c_int32, c_char_p, c_int64, _U64P] + _ERR),
+    "godist_pg_flight": (c_int, [c_uint64, c_void_p, c_int64, POINTER(c_int64)] + _ERR),
+    "godist_pg_set_flight": (c_int, [c_uint64, c_int64] + _ERR),
     # logging (capi/log.go; used by godist/_log.py)
     "godist_log_level": (None, [c_int32]),
     "godist_log_drain": (c_int, [c_int64, c_void_p, c_int64, POINTER(c_int64)]),
