@@ -20,7 +20,7 @@ from typing import Final
 
 import torch.distributed as dist
 
-from . import _mpi
+from . import _flight, _mpi
 from ._errors import (GodistClosedError, GodistDesyncError, GodistError, GodistForkError,  # noqa: F401
                       GodistInternalError, GodistInvalidError, GodistTimeoutError)
 from ._flight import dump_fr_trace  # noqa: F401
@@ -60,6 +60,7 @@ def _create(dist_opts, pg_options=None):
     ProcessGroup routes the CPU tensors to. A group made while a godist
     default group lives (``new_group``) is split from it, on its
     connections, without a rendezvous."""
+    _flight.tell_torch()
     args = (dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout)
     name = str(getattr(dist_opts, "group_id", "") or "")
     reconf = bool(getattr(dist_opts, "enable_reconfigure", False))
@@ -119,6 +120,7 @@ def _register() -> None:
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}) or hasattr(dist.Backend, BACKEND.upper()):
         return
     dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu", "cuda"])
+    _flight.tell_torch()
 
 
 _register()

@@ -153,3 +153,23 @@ def test_size_zero_turns_it_off(tmp_path):
     env = {"TORCH_FR_BUFFER_SIZE": "0", "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "rank_")}
     assert run_world(_off_worker, 2, timeout=100, env=env) == [[], []]
     assert os.listdir(tmp_path) == []
+
+
+def _attached_worker(rank, n, init_file):
+    init(rank, n, init_file, gloo_group=False)
+    sub = dist.new_group(list(range(n)))
+    hooks = dist.distributed_c10d._world.pg_flight_recorder_hooks
+    return [pg in hooks for pg in (dist.group.WORLD, sub)]
+
+
+@pytest.mark.skipif(not hasattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS"),
+                    reason=f"torch {torch.__version__} attaches no flight recorder hook by itself (2.15+ does)")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [None, "100"])
+def test_torch_attaches_its_recorder_only_when_asked(size):
+    """torch 2.15 attaches its flight recorder's hook (the Python stack of
+    every op that takes torch's route) to groups that do not record
+    themselves: to godist's only when TORCH_FR_BUFFER_SIZE asks for it."""
+    env = {"TORCH_FR_BUFFER_SIZE": size} if size else {}
+    want = [size is not None] * 2
+    assert run_world(_attached_worker, 2, timeout=100, env=env) == [want, want]
