@@ -62,6 +62,7 @@ type deviceOp struct {
 	comm     *deviceComm
 	deadline time.Time
 	timeout  time.Duration
+	flight   flightRef
 
 	mu  sync.Mutex // guards ev against Release during Order
 	ev  backend.Event
@@ -247,6 +248,7 @@ func (pg *ProcessGroup) DeviceRun(name string, op DeviceOp) (*Work, error) {
 	d.seq++
 	seq := d.seq
 	d.mu.Unlock()
+	ref := pg.recordDevice(name, op.Calls, timeout)
 	for i := range op.Calls {
 		op.Calls[i].Root = c.groupRank(op.Calls[i].Root)
 	}
@@ -264,10 +266,11 @@ func (pg *ProcessGroup) DeviceRun(name string, op DeviceOp) (*Work, error) {
 		if errors.As(err, &te) && te.Timeout() {
 			oe.After, oe.Err = timeout, errLaunchTimeout{err}
 		}
+		ref.completed(&pg.flight, oe)
 		d.fail(c, oe)
 		return nil, oe
 	}
-	o := &deviceOp{w: w, comm: c, ev: ev, deadline: start.Add(timeout), timeout: timeout}
+	o := &deviceOp{w: w, comm: c, ev: ev, deadline: start.Add(timeout), timeout: timeout, flight: ref}
 	d.mu.Lock()
 	if d.closed {
 		// The group closed while Launch ran: closeDevice has taken the
@@ -276,6 +279,7 @@ func (pg *ProcessGroup) DeviceRun(name string, op DeviceOp) (*Work, error) {
 		err := d.usable()
 		d.mu.Unlock()
 		c.c.Release(ev)
+		ref.completed(&pg.flight, err)
 		return nil, err
 	}
 	d.ops[w] = o
@@ -323,6 +327,7 @@ func (d *devicePath) release(o *deviceOp, err error) {
 	d.mu.Lock()
 	delete(d.ops, o.w)
 	d.mu.Unlock()
+	o.flight.completed(&d.pg.flight, err)
 	o.w.finish(err, -1)
 }
 

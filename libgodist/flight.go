@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/godist/godist/libgodist/backend"
 	"github.com/godist/godist/libgodist/transport"
 )
 
@@ -34,6 +35,10 @@ type FlightEntry struct {
 	Completed int64  `json:"completed"` // 0: not completed
 	TimeoutMs int64  `json:"timeout_ms"`
 	Error     string `json:"error,omitempty"`
+	// Device marks an op on device memory (DeviceRun). Those are numbered
+	// apart from the ops on host memory: Seq and P2PSeq count the
+	// device's collectives and sends and receives.
+	Device bool `json:"device,omitempty"`
 }
 
 // flightChunk is how many slots the ring grows by.
@@ -63,6 +68,8 @@ type flight struct {
 	next    uint64 // the next entry's id
 	base    uint64 // the id in slot 0 since the ring was (re)started
 	p2p     uint64
+	devColl uint64 // collectives on device memory
+	devP2P  uint64 // sends and receives on device memory
 	chunks  []*[flightChunk]flightSlot
 	epoch   time.Time // the group's creation: times are read against it (one clock read each)
 	epochNs int64
@@ -89,7 +96,14 @@ func (f *flight) record(e FlightEntry) flightRef {
 		f.mu.Unlock()
 		return flightRef{}
 	}
-	if e.Op == "send" || e.Op == "recv" {
+	switch p2p := e.Op == "send" || e.Op == "recv"; {
+	case e.Device && p2p:
+		f.devP2P++
+		e.P2PSeq = f.devP2P
+	case e.Device:
+		f.devColl++
+		e.Seq = f.devColl
+	case p2p:
 		f.p2p++
 		e.P2PSeq = f.p2p
 	}
@@ -178,6 +192,42 @@ func (pg *ProcessGroup) recordP2P(op string, peer int, n int, timeout time.Durat
 		e.In = uint64(n)
 	} else {
 		e.Out, e.Started = uint64(n), e.Created // a posted receive waits from now on
+	}
+	return pg.flight.record(e)
+}
+
+// recordDevice records op name on device memory, made of calls (before
+// DeviceRun maps their roots), issued now: elements of the reductions'
+// dtype, bytes of the rest.
+func (pg *ProcessGroup) recordDevice(name string, calls []backend.DeviceCall, timeout time.Duration) flightRef {
+	e := FlightEntry{Op: name, Peer: -1, DType: -1, Device: true, Created: pg.flight.now(),
+		TimeoutMs: timeout.Milliseconds()}
+	p := uint64(pg.cfg.Size)
+	for _, c := range calls {
+		n := uint64(max(c.Count, 0))
+		switch c.Kind {
+		case backend.CallAllReduce, backend.CallReduce:
+			e.In, e.Out, e.DType = e.In+n, e.Out+n, int(c.DType)
+		case backend.CallReduceScatter:
+			e.In, e.Out, e.DType = e.In+n*p, e.Out+n, int(c.DType)
+		case backend.CallBroadcast:
+			e.In, e.Out = e.In+n, e.Out+n
+		case backend.CallAllGather:
+			e.In, e.Out = e.In+n, e.Out+n*p
+		case backend.CallSend:
+			if name == "allgather" { // the same input to every rank
+				e.In = n
+			} else {
+				e.In += n
+			}
+			e.Peer = c.Root
+		case backend.CallRecv:
+			e.Out += n
+			e.Peer = c.Root
+		}
+	}
+	if name != "send" && name != "recv" {
+		e.Peer = -1
 	}
 	return pg.flight.record(e)
 }

@@ -96,3 +96,33 @@ func TestFlightKeepsTheLastEntriesAndCountsPointToPoint(t *testing.T) {
 	<-w.Done()
 	require.Empty(t, pgs[0].Flight())
 }
+
+func TestFlightRecordsDeviceOpsApart(t *testing.T) {
+	acc := &fakeAcc{}
+	pg, _ := devGroup(t, 1, 3, acc)
+	require.NoError(t, pg.DeviceOpen(0, GroupComm, []byte("id")))
+	c := acc.opened()[0]
+	w1, err := pg.DeviceRun("allreduce", allReduceOp(0))
+	require.NoError(t, err)
+	w2, err := pg.DeviceSubmit(DeviceArgs{Op: "allgather", Buf: DeviceBuf{Addr: 1, Bytes: 8},
+		Out: DeviceBuf{Addr: 2, Bytes: 24}, Stream: 7})
+	require.NoError(t, err)
+	f := pg.Flight()
+	require.Len(t, f, 2)
+	require.Zero(t, f[1].Completed, "launched, not completed")
+	launches, _, _, _, _ := c.get()
+	for _, l := range launches {
+		c.complete(l.ev)
+	}
+	require.NoError(t, waitWork(t, w1, 5*time.Second))
+	require.NoError(t, waitWork(t, w2, 5*time.Second))
+	f = pg.Flight()
+	require.Equal(t, FlightEntry{ID: 0, Seq: 1, Op: "allreduce", Peer: -1, DType: int(reduce.Float32), In: 4, Out: 4,
+		Device: true}, strip(f[0]))
+	require.Equal(t, FlightEntry{ID: 1, Seq: 2, Op: "allgather", Peer: -1, DType: -1, In: 8, Out: 24, Device: true},
+		strip(f[1]))
+	for _, e := range f {
+		require.NotZero(t, e.Completed)
+		require.Empty(t, e.Error)
+	}
+}

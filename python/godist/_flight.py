@@ -121,14 +121,14 @@ def _torch_groups() -> dict:
     return out
 
 
-def _entry(r: dict, g, pg_id: int, desc: str, rank: int) -> dict:
+def _entry(r: dict, name: str, pg_id: int, desc: str, rank: int) -> dict:
     op = _OPS.get(r["op"], r["op"])
     p2p = op in ("send", "recv")
-    name = f"godist:{op}"
+    profiling = f"godist:{op}"
     if op == "send":
-        name += f" {rank}->{r['peer']}"
+        profiling += f" {rank}->{r['peer']}"
     elif op == "recv":
-        name += f" {rank}<-{'?' if r['peer'] < 0 else r['peer']}"
+        profiling += f" {rank}<-{'?' if r['peer'] < 0 else r['peer']}"
     dtype = [_DTYPE_NAMES.get(r["dtype"], "Byte")]
     # what a rank has none of (a barrier's tensors, the root's list of a
     # gather or scatter elsewhere) is an empty list, as torch records it
@@ -139,9 +139,9 @@ def _entry(r: dict, g, pg_id: int, desc: str, rank: int) -> dict:
     started, completed = r["started"] or None, r["completed"] or None
     state = "completed" if completed else "started" if started else "scheduled"
     return {
-        "record_id": r["id"], "pg_id": pg_id, "process_group": (g._name, desc),
+        "record_id": r["id"], "pg_id": pg_id, "process_group": (name, desc),
         "collective_seq_id": r["seq"], "p2p_seq_id": r["p2p_seq"], "op_id": r["seq"] or r["p2p_seq"],
-        "profiling_name": name, "time_created_ns": r["created"],
+        "profiling_name": profiling, "time_created_ns": r["created"],
         "duration_ms": (completed - started) / 1e6 if completed and started else None,
         "timeout_ms": r["timeout_ms"], "is_p2p": p2p,
         "input_sizes": ins, "input_dtypes": in_dtypes, "output_sizes": outs, "output_dtypes": list(out_dtypes),
@@ -151,10 +151,31 @@ def _entry(r: dict, g, pg_id: int, desc: str, rank: int) -> dict:
     }
 
 
+def _add(out: dict, name: str, desc: str, ranks: list, rank: int, records: list, only_active: bool) -> None:
+    """Add one process group's entries and status to the dump out."""
+    pg_id = len(out["pg_status"])
+    out["pg_config"][name] = {"name": name, "desc": desc, "ranks": str(ranks)}
+    seqs = {"last_enqueued_collective": -1, "last_started_collective": -1, "last_completed_collective": -1}
+    for r in records:
+        e = _entry(r, name, pg_id, desc, rank)
+        if not e["is_p2p"]:
+            seq = e["collective_seq_id"]
+            seqs["last_enqueued_collective"] = max(seqs["last_enqueued_collective"], seq)
+            if e["time_discovered_started_ns"]:
+                seqs["last_started_collective"] = max(seqs["last_started_collective"], seq)
+            if e["retired"]:
+                seqs["last_completed_collective"] = max(seqs["last_completed_collective"], seq)
+        if not (only_active and e["retired"]):
+            out["entries"].append(e)
+    out["pg_status"][str(pg_id)] = seqs
+
+
 def trace(groups=None, only_active: bool = False) -> dict:
     """The flight recorder dump of ``groups`` (default: every live godist
     group of this process) as torch writes it: a dict with ``version``,
-    ``pg_config``, ``pg_status`` and ``entries``."""
+    ``pg_config``, ``pg_status`` and ``entries``. A group's ops on CUDA
+    tensors, numbered apart from its ops on CPU tensors, appear as a group
+    of their own, named ``<group>:cuda``."""
     from ._group import _live, _live_lock
     from ._version import __version__
 
@@ -162,31 +183,22 @@ def trace(groups=None, only_active: bool = False) -> dict:
         with _live_lock:
             groups = sorted(_live, key=lambda g: g._h)
     known = _torch_groups()
-    config, status, entries = {}, {}, []
-    for pg_id, g in enumerate(groups):
+    out = {"version": VERSION, "comm_lib_version": f"godist {__version__}", "pg_config": {}, "pg_status": {},
+           "entries": []}
+    for g in groups:
         if g._closed:
             continue
         desc, ranks = known.get(g._name, ("undefined", None))
         if ranks is None:
             ranks = list(range(g._size))
-        config[g._name] = {"name": g._name, "desc": desc, "ranks": str(ranks)}
-        rank = g._rank
-        seqs = {"last_enqueued_collective": -1, "last_started_collective": -1, "last_completed_collective": -1}
-        for r in _records(g):
-            e = _entry(r, g, pg_id, desc, rank)
-            if not e["is_p2p"]:
-                seq = e["collective_seq_id"]
-                seqs["last_enqueued_collective"] = max(seqs["last_enqueued_collective"], seq)
-                if e["time_discovered_started_ns"]:
-                    seqs["last_started_collective"] = max(seqs["last_started_collective"], seq)
-                if e["retired"]:
-                    seqs["last_completed_collective"] = max(seqs["last_completed_collective"], seq)
-            if not (only_active and e["retired"]):
-                entries.append(e)
-        status[str(pg_id)] = seqs
-    entries.sort(key=lambda e: e["time_created_ns"])
-    return {"version": VERSION, "comm_lib_version": f"godist {__version__}", "pg_config": config,
-            "pg_status": status, "entries": entries}
+        records = _records(g)
+        host = [r for r in records if not r.get("device")]
+        device = [r for r in records if r.get("device")]
+        _add(out, g._name, desc, ranks, g._rank, host, only_active)
+        if device:
+            _add(out, f"{g._name}:cuda", f"{desc}:cuda", ranks, g._rank, device, only_active)
+    out["entries"].sort(key=lambda e: e["time_created_ns"])
+    return out
 
 
 def dump_fr_trace(group=None, only_active: bool = False) -> bytes:

@@ -276,7 +276,7 @@ def every_op_worker(rank, nprocs, init_file, so, n):
     import threading
     import traceback
 
-    from godist import _group, _nccl
+    from godist import _flight, _group, _nccl
 
     fake = ctypes.CDLL(so)  # the copy Go loaded (same path): the same state
     fake.fake_stream.restype = ctypes.c_void_p
@@ -299,7 +299,7 @@ def every_op_worker(rank, nprocs, init_file, so, n):
     torch.cuda.current_stream = current_stream
     _nccl.CudaRules = HostRules
     store = dist.HashStore()
-    results, errors = [None] * n, []
+    results, errors, recorded = [None] * n, [], [None] * n
 
     def one(r):
         g = None
@@ -307,6 +307,9 @@ def every_op_worker(rank, nprocs, init_file, so, n):
             g = _group.Group(store, r, n, datetime.timedelta(seconds=60), "fake")
             path = g._device_path()
             results[r] = (type(path).__name__, _rank_cases(g, path, r, n))
+            # (sizes differ by rank: a gather's root, uneven all_to_all)
+            recorded[r] = [(e["process_group"][0], e["profiling_name"], e["collective_seq_id"], e["state"])
+                           for e in _flight.trace([g])["entries"] if not e["is_p2p"]]
         except BaseException:  # noqa: BLE001 - reported to the test
             errors.append(f"thread-rank {r}:\n{traceback.format_exc()}")
         finally:
@@ -322,7 +325,7 @@ def every_op_worker(rank, nprocs, init_file, so, n):
     fake.fake_errors(errs, len(errs))
     if any(t.is_alive() for t in threads):
         errors.append("a thread-rank did not finish")
-    return {"errors": errors, "paths": [x and x[0] for x in results], "misuse": errs.value.decode(),
+    return {"errors": errors, "paths": [x and x[0] for x in results], "misuse": errs.value.decode(), "recorded": recorded,
             "wrong": _compare([x[1] for x in results], _expected(n)) if not errors else None}
 
 
@@ -361,3 +364,10 @@ def test_every_op_on_the_nccl_path(fake_so, n, monkeypatch):
     assert r["misuse"] == "", r["misuse"]
     assert r["paths"] == ["NcclPath"] * n, r["paths"]
     assert r["wrong"] == [], "\n".join(map(str, r["wrong"]))
+    # The flight recorder holds every rank's CUDA collectives alike, numbered
+    # 1, 2, ... in a group of their own, each completed.
+    rec = r["recorded"]
+    assert all(x == rec[0] for x in rec), rec
+    assert len(rec[0]) > 10 and {e[0] for e in rec[0]} == {"fake:cuda"}, rec[0]
+    assert [e[2] for e in rec[0]] == list(range(1, len(rec[0]) + 1)), rec[0]
+    assert {e[-1] for e in rec[0]} == {"completed"}, rec[0]
