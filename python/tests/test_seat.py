@@ -203,41 +203,6 @@ def test_flight_recorder_records_godist_collectives():
         assert len(counts["godist"]) == len(counts["gloo"]) == 4, counts
 
 
-def _skip_worker(rank, n, init_file):
-    init(rank, n, init_file, gloo_group=False, timeout_s=20)
-    t = torch.ones(4)
-    dist.all_reduce(t)
-    dist.all_reduce(t)
-    try:
-        if rank == 1:
-            dist.broadcast(t, 0)  # rank 1 skips the third all_reduce
-        else:
-            dist.all_reduce(t)
-    except dist.DistBackendError as e:
-        return str(e)
-    return None
-
-
-@needs_backend
-@pytest.mark.timeout(120)
-def test_flight_recorder_dump_names_the_rank_that_skipped(tmp_path):
-    """A job where rank 1 skips an all_reduce: both ranks fail, write torch's
-    flight recorder trace, and torchfrtrace names rank 1 and both ops."""
-    import subprocess
-    import sys
-
-    env = {"TORCH_FR_BUFFER_SIZE": "100", "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "rank_")}
-    errs = run_world(_skip_worker, 2, timeout=100, env=env)
-    assert all(e is not None for e in errs), errs
-    assert sorted(os.listdir(tmp_path)) == ["rank_0", "rank_1"]
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(tmp_path),
-                          "-p", "rank_"], capture_output=True, text=True, timeout=60)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text
-    assert "Culprit rank 1" in text and "COLLECTIVE_TYPE_MISMATCH" in text, text
-    assert "'all_reduce'" in text and "'broadcast'" in text and "sequence number: 3" in text, text
-
-
 def _compose_worker(rank, n, init_file):
     import godist
 
