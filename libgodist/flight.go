@@ -187,11 +187,12 @@ func (pg *ProcessGroup) recordCall(seq uint64, op string, call *transport.Call, 
 
 // recordP2P records a send or a receive of n bytes, issued now.
 func (pg *ProcessGroup) recordP2P(op string, peer int, n int, timeout time.Duration) flightRef {
-	e := FlightEntry{Op: op, Peer: peer, DType: -1, Created: pg.flight.now(), TimeoutMs: timeout.Milliseconds()}
+	now := pg.flight.now() // a send or a posted receive is under way from now on
+	e := FlightEntry{Op: op, Peer: peer, DType: -1, Created: now, Started: now, TimeoutMs: timeout.Milliseconds()}
 	if op == "send" {
 		e.In = uint64(n)
 	} else {
-		e.Out, e.Started = uint64(n), e.Created // a posted receive waits from now on
+		e.Out = uint64(n)
 	}
 	return pg.flight.record(e)
 }

@@ -234,7 +234,6 @@ func (pg *ProcessGroup) Send(buf []byte, peer int, tag int64, o Opts) (*Work, er
 	key := pg.recordP2P("send", peer, len(buf), timeout)
 	ctx := newOpContext(pg.ctx, timeout)
 	defer ctx.cancel()
-	key.started(&pg.flight, time.Now())
 	err := pg.tr.Send(ctx, peer, transport.P2PTag(tag), buf)
 	if err != nil {
 		err = pg.p2pError("send", peer, err, timeout)
